@@ -1,0 +1,48 @@
+# The two commands of the README: `make run` and `make test`. Both create .venv on first use.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_WORKERS ?= 4
+
+.PHONY: run test lint typecheck unit migrate bench clean docs
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+$(BIN)/.installed-bench: $(BIN)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+## run: every role on the embedded PostgreSQL (unless DATABASE_URL is set), migrating first.
+run: $(BIN)/.installed
+	WORKER_ROLES=$${WORKER_ROLES:-all} $(BIN)/paymanager run --migrate
+
+## test: lint, type check and the whole suite on both cores.
+test: lint typecheck
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy
+
+unit: $(BIN)/.installed
+	$(BIN)/pytest tests/unit -q
+
+migrate: $(BIN)/.installed
+	$(BIN)/paymanager migrate
+
+bench: $(BIN)/.installed-bench
+	$(BIN)/python bench/driver.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+## docs: regenerate the README's configuration table from config.py.
+docs: $(BIN)/.installed
+	$(BIN)/python scripts/config_table.py

@@ -1,0 +1,3 @@
+from paymanager.cli import main
+
+main()

@@ -1,0 +1,69 @@
+"""The FastAPI application of the `api` role: health, metrics, docs, and the routers of each component."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from paymanager import __version__
+from paymanager.api.errors import error_response, install_error_handlers
+from paymanager.db import migrations
+
+if TYPE_CHECKING:
+    from paymanager.runtime import Runtime
+
+API_DESCRIPTION = """
+paymanager's HTTP API. Every route except `/livez`, `/readyz`, `/metrics` and the docs requires an
+HMAC signature (see *Authentication* below).
+"""
+
+
+def create_app(runtime: Runtime) -> FastAPI:
+    app = FastAPI(title="paymanager", version=__version__, description=API_DESCRIPTION)
+    app.state.runtime = runtime
+    install_error_handlers(app)
+
+    @app.get("/livez", tags=["health"], summary="The process is alive")
+    async def livez() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], summary="The database is reachable and its schema current")
+    async def readyz() -> Response:
+        checks: dict[str, Any] = {}
+        pool = runtime.pool
+        if pool is None:
+            return error_response(503, "not_ready", "the database pool is not open")
+        try:
+            async with pool.acquire(timeout=2) as conn:
+                missing = await migrations.missing_migrations(conn)
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            return error_response(503, "database_unreachable", str(exc))
+        checks["database"] = "ok"
+        if missing:
+            return error_response(
+                503,
+                "schema_outdated",
+                "run `paymanager migrate`",
+                {"missing": [f"{m.version:04d}_{m.name}" for m in missing]},
+            )
+        checks["schema"] = "current"
+        ledger = runtime.ledger
+        if ledger is not None and hasattr(ledger, "ping"):
+            try:
+                await ledger.ping()
+            except Exception as exc:
+                return error_response(503, "ledger_unreachable", str(exc))
+            checks["ledger"] = "ok"
+        return JSONResponse({"status": "ready", "checks": checks})
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=Response)
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    for install in runtime.registry.get("api_routers", []):
+        install(app)
+    return app

@@ -1,0 +1,275 @@
+"""Every setting of paymanager: its environment variable, type, unit, bound and default.
+
+This is the ONE place a default is written (the source systems wrote theirs twice and let them drift).
+`paymanager config` prints the effective values with secrets masked; `docs/CONFIGURATION.md` and the
+README table are generated from this class by `paymanager config --markdown`, so they cannot drift.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from paymanager.roles import Role, parse_roles
+
+LogFormat = Literal["auto", "json", "console"]
+LedgerBackend = Literal["postgres", "tigerbeetle"]
+
+
+class Settings(BaseSettings):
+    """paymanager's configuration, read from the environment (and `.env` when present)."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=False,
+        validate_default=True,
+    )
+
+    # --- process and roles -------------------------------------------------------------------
+    worker_roles: Annotated[frozenset[Role], NoDecode] = Field(
+        default=frozenset({Role.API, Role.OUTBOX_WORKER}),
+        description="Comma-separated roles of this process: api, outbox-worker, psp-worker, "
+        "invoice-expiry, session-cleanup, or all.",
+    )
+    port: int = Field(default=8080, ge=1, le=65535, description="HTTP port of the api role.")
+    host: str = Field(default="0.0.0.0", description="Interface the api role listens on.")
+    shutdown_timeout_ms: int = Field(
+        default=25_000,
+        ge=100,
+        le=600_000,
+        description="How long running jobs may finish after SIGTERM before their leases are released.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Log level.")
+    log_format: LogFormat = Field(
+        default="auto", description="json, console, or auto (console on a terminal, else json)."
+    )
+    process_heartbeat_interval_ms: int = Field(
+        default=5_000, ge=100, le=60_000, description="How often a process refreshes its heartbeat row."
+    )
+    process_heartbeat_stale_ms: int = Field(
+        default=30_000,
+        ge=500,
+        le=600_000,
+        description="A process whose heartbeat is older than this is reported dead by `paymanager health`.",
+    )
+
+    # --- PostgreSQL ------------------------------------------------------------------------------
+    database_url: SecretStr | None = Field(
+        default=None,
+        description="PostgreSQL DSN. Unset: an embedded PostgreSQL is started with data in EMBEDDED_PG_DIR.",
+    )
+    embedded_pg_dir: str = Field(
+        default=".paymanager/pg", description="Data directory of the embedded PostgreSQL."
+    )
+    db_pool_min_size: int = Field(default=2, ge=0, le=100, description="Connections kept open per process.")
+    db_pool_max_size: int = Field(default=10, ge=1, le=200, description="Most connections per process.")
+    db_statement_timeout_ms: int = Field(
+        default=30_000, ge=0, le=3_600_000, description="statement_timeout of every pooled connection."
+    )
+
+    # --- Redis -------------------------------------------------------------------------------------
+    redis_url: SecretStr | None = Field(
+        default=None, description="Redis for event fan-out (pub/sub). Unset: PostgreSQL NOTIFY only."
+    )
+
+    # --- ledger --------------------------------------------------------------------------------
+    ledger_backend: LedgerBackend = Field(default="postgres", description="postgres or tigerbeetle.")
+    tb_address: str = Field(
+        default="3000", description="TigerBeetle replica addresses (tigerbeetle backend)."
+    )
+    tb_cluster_id: int = Field(default=0, ge=0, description="TigerBeetle cluster id.")
+    ledger_connect_attempts: int = Field(
+        default=5, ge=1, le=50, description="Tries to connect the ledger at start-up."
+    )
+    ledger_connect_backoff_ms: int = Field(
+        default=2_000, ge=0, le=60_000, description="Delay before try n is n x this (linear, as the source)."
+    )
+
+    # --- outbox (settlement, webhooks, checkout actions) ---------------------------------------------
+    outbox_interval_ms: int = Field(
+        default=1_000,
+        ge=10,
+        le=600_000,
+        description="Polling fallback of the outbox worker; LISTEN/NOTIFY wakes it sooner.",
+    )
+    outbox_batch_size: int = Field(default=10, ge=1, le=1_000, description="Most jobs claimed per fetch.")
+    outbox_concurrency: int = Field(
+        default=20, ge=1, le=1_000, description="Most outbox jobs running at once per process."
+    )
+    outbox_max_attempts: int = Field(
+        default=10, ge=1, le=100, description="Attempts of an outbox action before it is dead-lettered."
+    )
+
+    # --- job engine ------------------------------------------------------------------------------
+    job_lease_ms: int = Field(
+        default=30_000, ge=1_000, le=3_600_000, description="Lease of a running job; heartbeats renew it."
+    )
+    job_heartbeat_interval_ms: int = Field(
+        default=10_000, ge=100, le=600_000, description="How often running jobs' leases are renewed."
+    )
+    job_rescue_interval_ms: int = Field(
+        default=5_000, ge=100, le=600_000, description="How often expired leases are looked for."
+    )
+    job_max_stalled: int = Field(
+        default=2, ge=0, le=100, description="Rescues of a job before it is dead-lettered as stalled."
+    )
+    job_max_payload_bytes: int = Field(
+        default=256 * 1024, ge=1_024, le=16 * 1024 * 1024, description="Largest job payload accepted."
+    )
+    job_retention_completed_age_ms: int = Field(
+        default=24 * 3_600_000, ge=0, description="Completed jobs older than this are pruned."
+    )
+    job_retention_completed_count: int = Field(
+        default=5_000, ge=0, description="Completed jobs kept per queue at most."
+    )
+    job_retention_dead_age_ms: int = Field(
+        default=7 * 24 * 3_600_000, ge=0, description="Dead jobs older than this are pruned."
+    )
+    job_prune_interval_ms: int = Field(
+        default=60_000, ge=1_000, le=86_400_000, description="How often retention runs."
+    )
+
+    # --- PSP transfers ------------------------------------------------------------------------------
+    psp_names: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("ipps",), description="Comma-separated PSP queues a psp-worker serves (ipps, qp, wise)."
+    )
+    psp_poll_interval_ms: int = Field(
+        default=500, ge=10, le=600_000, description="Polling fallback of the PSP worker."
+    )
+    psp_lease_sec: int = Field(default=10, ge=1, le=3_600, description="Lease of a PSP step without retries.")
+    psp_retry_lease_sec: int = Field(
+        default=30, ge=1, le=3_600, description="Lease of a PSP step that has retries left."
+    )
+    psp_max_retries: int = Field(
+        default=5, ge=0, le=100, description="Retries of a PSP step before MANUAL_REVIEW."
+    )
+    psp_config_kek: SecretStr | None = Field(
+        default=None,
+        description="Base64 32-byte key that encrypts PSP credentials and service secrets (AES-256-GCM). "
+        "Unset: a development key is derived and a warning logged.",
+    )
+
+    # --- balance monitor ------------------------------------------------------------------------
+    balance_monitor_enabled: bool = Field(
+        default=False, description="Run the partner balance monitor in the psp-worker role."
+    )
+    balance_tick_ms: int = Field(default=60_000, ge=1_000, le=86_400_000, description="Balance check period.")
+    ipps_low_balance_threshold_satang: int = Field(
+        default=100_000, ge=0, description="Alert low_partner_balance below this partner balance."
+    )
+    ipps_drift_threshold_satang: int = Field(
+        default=10_000, ge=0, description="Alert balance_drift when ledger and partner differ by more."
+    )
+
+    # --- invoices and checkout sessions -----------------------------------------------------------------
+    invoice_expiry_sweep_interval_ms: int = Field(
+        default=30_000, ge=100, le=86_400_000, description="Period of the invoice expiry sweep."
+    )
+    invoice_expiry_batch_size: int = Field(
+        default=100, ge=1, le=10_000, description="Invoices expired per sweep statement."
+    )
+    cleanup_interval_ms: int = Field(
+        default=60_000, ge=100, le=86_400_000, description="Period of the checkout-session cleanup."
+    )
+    cleanup_batch_size: int = Field(default=50, ge=1, le=10_000, description="Sessions expired per tick.")
+
+    # --- API ------------------------------------------------------------------------------------
+    hmac_clock_skew_sec: int = Field(
+        default=300, ge=1, le=3_600, description="Accepted distance of X-Timestamp from now."
+    )
+    idempotency_key_ttl_sec: int = Field(
+        default=86_400, ge=86_400, le=30 * 86_400, description="How long Idempotency-Key outcomes are kept."
+    )
+    api_max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1_024, le=64 * 1024 * 1024, description="Largest request body accepted."
+    )
+
+    @field_validator("worker_roles", mode="before")
+    @classmethod
+    def _parse_roles(cls, value: Any) -> frozenset[Role]:
+        if isinstance(value, str):
+            return parse_roles(value)
+        return frozenset(value)
+
+    @field_validator("psp_names", mode="before")
+    @classmethod
+    def _parse_psp_names(cls, value: Any) -> tuple[str, ...]:
+        items = value.split(",") if isinstance(value, str) else list(value)
+        names = tuple(dict.fromkeys(str(item).strip().lower() for item in items if str(item).strip()))
+        unknown = [name for name in names if name not in KNOWN_PSPS]
+        if unknown:
+            raise ValueError(f"unknown PSP {unknown}; known PSPs are {', '.join(KNOWN_PSPS)}")
+        return names
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> Settings:
+        problems: list[str] = []
+        if self.job_heartbeat_interval_ms * 2 > self.job_lease_ms:
+            problems.append(
+                f"JOB_HEARTBEAT_INTERVAL_MS ({self.job_heartbeat_interval_ms}) must be at most half of "
+                f"JOB_LEASE_MS ({self.job_lease_ms}), or one late heartbeat loses the lease; "
+                "lower the interval or raise the lease"
+            )
+        if self.db_pool_min_size > self.db_pool_max_size:
+            problems.append(
+                f"DB_POOL_MIN_SIZE ({self.db_pool_min_size}) is larger than DB_POOL_MAX_SIZE "
+                f"({self.db_pool_max_size})"
+            )
+        if self.psp_retry_lease_sec < self.psp_lease_sec:
+            problems.append(
+                f"PSP_RETRY_LEASE_SEC ({self.psp_retry_lease_sec}) is shorter than PSP_LEASE_SEC "
+                f"({self.psp_lease_sec}); a step with retries needs at least the plain lease"
+            )
+        if self.process_heartbeat_stale_ms < 2 * self.process_heartbeat_interval_ms:
+            problems.append(
+                f"PROCESS_HEARTBEAT_STALE_MS ({self.process_heartbeat_stale_ms}) must be at least twice "
+                f"PROCESS_HEARTBEAT_INTERVAL_MS ({self.process_heartbeat_interval_ms})"
+            )
+        if self.ledger_backend == "tigerbeetle" and not self.tb_address:
+            problems.append("LEDGER_BACKEND=tigerbeetle needs TB_ADDRESS")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def public_view(self) -> dict[str, Any]:
+        """The effective configuration with every secret masked, for `paymanager config` and logs."""
+        view: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                value = "********" if value.get_secret_value() else ""
+            elif isinstance(value, frozenset):
+                value = ",".join(sorted(str(item) for item in value))
+            elif isinstance(value, tuple):
+                value = ",".join(value)
+            view[name.upper()] = value
+        return view
+
+
+KNOWN_PSPS = ("ipps", "qp", "wise")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()
+
+
+def settings_markdown_table() -> str:
+    """A Markdown table of every variable, its default and meaning, generated from `Settings`."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        if isinstance(default, frozenset):
+            default = ",".join(sorted(str(item) for item in default))
+        elif isinstance(default, tuple):
+            default = ",".join(default)
+        elif default is None:
+            default = "(unset)"
+        rows.append(f"| `{name.upper()}` | `{default}` | {field.description or ''} |")
+    return "\n".join(rows)

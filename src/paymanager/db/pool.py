@@ -1,0 +1,58 @@
+"""The project's one PostgreSQL driver and pool: asyncpg.
+
+asyncpg was chosen by measurement against psycopg 3 (`bench/driver.py`, figures in docs/BENCHMARKS.md):
+the job engine's claim/complete round trips and the ledger's batch statements are faster on it.
+JSON and JSONB columns are decoded with orjson into Python objects on every pooled connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import asyncpg
+import orjson
+from asyncpg.pool import PoolConnectionProxy
+
+Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
+# What our functions accept as "a connection": a dedicated one or one borrowed from a pool.
+Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+
+
+def _json_encode(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+async def init_connection(conn: Conn) -> None:
+    """Codecs every connection of ours uses (pooled or dedicated, such as a LISTEN connection)."""
+    await conn.set_type_codec("jsonb", encoder=_json_encode, decoder=orjson.loads, schema="pg_catalog")
+    await conn.set_type_codec("json", encoder=_json_encode, decoder=orjson.loads, schema="pg_catalog")
+
+
+async def create_pool(
+    dsn: str,
+    *,
+    min_size: int = 2,
+    max_size: int = 10,
+    statement_timeout_ms: int = 30_000,
+    application_name: str = "paymanager",
+) -> asyncpg.Pool:
+    """Open a pool whose connections carry our codecs, a statement timeout and an application name."""
+    pool = await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        init=init_connection,
+        server_settings={
+            "application_name": application_name,
+            "statement_timeout": str(statement_timeout_ms),
+        },
+    )
+    assert pool is not None
+    return pool
+
+
+async def connect(dsn: str, *, application_name: str = "paymanager") -> asyncpg.Connection:
+    """A dedicated connection (LISTEN, advisory-lock holders, CLI one-offs) with the same codecs."""
+    conn = await asyncpg.connect(dsn, server_settings={"application_name": application_name})
+    await init_connection(conn)
+    return conn

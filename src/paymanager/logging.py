@@ -1,0 +1,54 @@
+"""Structured logs: JSON lines in production, readable colour on a terminal.
+
+Every line carries the process id (`hostname.pid`) and its roles, bound once at start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+
+
+def configure_logging(level: str = "info", fmt: str = "auto", **context: Any) -> None:
+    """Configure structlog and the standard library's root logger once per process."""
+    use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer()
+        if use_console
+        else structlog.processors.JSONRenderer(serializer=_orjson_dumps)
+    )
+    numeric = logging.getLevelNamesMapping()[level.upper()]
+    structlog.configure(
+        processors=[
+            *shared,
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    structlog.contextvars.clear_contextvars()
+    if context:
+        structlog.contextvars.bind_contextvars(**context)
+    # Libraries (uvicorn, asyncpg) log through the standard library: route them to stderr too.
+    logging.basicConfig(level=max(numeric, logging.INFO), stream=sys.stderr, format="%(name)s %(message)s")
+
+
+def _orjson_dumps(value: Any, **_: Any) -> str:
+    import orjson
+
+    return orjson.dumps(value, default=str).decode()
+
+
+def get_logger(name: str | None = None) -> Any:
+    return structlog.get_logger(name)

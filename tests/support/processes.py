@@ -1,0 +1,97 @@
+"""Real `paymanager` processes for end-to-end and chaos tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def paymanager_env(database_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(
+        DATABASE_URL=database_url,
+        LOG_FORMAT="json",
+        PROCESS_HEARTBEAT_INTERVAL_MS="200",
+        PROCESS_HEARTBEAT_STALE_MS="2000",
+    )
+    env.update(extra)
+    return env
+
+
+class PaymanagerProcess:
+    """A `python -m paymanager run` subprocess whose output is collected for assertions."""
+
+    def __init__(self, env: dict[str, str], args: list[str] | None = None) -> None:
+        self._log = tempfile.NamedTemporaryFile(prefix="pm-proc-", suffix=".log", delete=False)  # noqa: SIM115
+        self.log_path = Path(self._log.name)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "paymanager", *(args or ["run"])],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, predicate: Callable[[str], bool], timeout_s: float = 30) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            text = self.output
+            if predicate(text):
+                return text
+            if self.proc.poll() is not None:
+                raise AssertionError(f"process exited {self.proc.returncode} early:\n{text}")
+            time.sleep(0.05)
+        raise AssertionError(f"timed out after {timeout_s}s waiting; output:\n{self.output}")
+
+    def wait_for_line(self, needle: str, timeout_s: float = 30) -> str:
+        return self.wait_for(lambda text: needle in text, timeout_s)
+
+    def terminate(self, timeout_s: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def close(self) -> None:
+        self.kill()
+        self._log.close()
+        self.log_path.unlink(missing_ok=True)
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "paymanager", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def in_thread(target: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
