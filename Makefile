@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_WORKERS ?= 4
 
-.PHONY: run test lint typecheck unit migrate bench clean docs
+.PHONY: run test lint typecheck unit migrate clean docs bench-driver
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,8 @@ unit: $(BIN)/.installed
 migrate: $(BIN)/.installed
 	$(BIN)/paymanager migrate
 
-bench: $(BIN)/.installed-bench
+## bench-*: the benchmarks of bench/, each printing figures beside a same-run baseline.
+bench-driver: $(BIN)/.installed-bench
 	$(BIN)/python bench/driver.py
 
 clean:
