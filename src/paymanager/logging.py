@@ -40,8 +40,18 @@ def configure_logging(level: str = "info", fmt: str = "auto", **context: Any) ->
     structlog.contextvars.clear_contextvars()
     if context:
         structlog.contextvars.bind_contextvars(**context)
-    # Libraries (uvicorn, asyncpg) log through the standard library: route them to stderr too.
-    logging.basicConfig(level=max(numeric, logging.INFO), stream=sys.stderr, format="%(name)s %(message)s")
+    # Libraries (uvicorn, asyncpg) log through the standard library: render their records with the same
+    # processors, so they are JSON lines with the process id and roles too.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(max(numeric, logging.INFO))
 
 
 def _orjson_dumps(value: Any, **_: Any) -> str:

@@ -106,3 +106,21 @@ def test_port_in_use_fails_start_up_with_exit_one(database_url: str) -> None:
             ["run"], paymanager_env(database_url, WORKER_ROLES="api", PORT=str(port), HOST="127.0.0.1")
         )
     assert result.returncode == 1, result.stdout + result.stderr
+
+
+def test_every_log_line_is_json_with_process_and_roles(database_url: str) -> None:
+    import json
+
+    port = free_port()
+    proc = PaymanagerProcess(paymanager_env(database_url, WORKER_ROLES="api", PORT=str(port)))
+    try:
+        proc.wait_for_line('"listening"')
+        assert proc.terminate() == 0
+        lines = [line for line in proc.output.splitlines() if line.strip()]
+        assert len(lines) >= 3
+        for line in lines:
+            record = json.loads(line)
+            assert record["process"].endswith(f".{proc.proc.pid}"), line
+            assert record["roles"] == ["api"], line
+    finally:
+        proc.close()
