@@ -1,0 +1,133 @@
+"""Quote and create an intent: channel, scope, accounts, currency and policies are checked here."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from paymanager.application import events, policies
+from paymanager.application.context import Payments
+from paymanager.application.ids import new_id
+from paymanager.application.services import ServiceIdentity
+from paymanager.db.pool import Conn
+from paymanager.db.sql import load_queries
+from paymanager.domain.channels import AccountKind, Channel, Quote, SystemAccount
+from paymanager.domain.errors import CurrencyMismatchError, InvalidInputError, NotFoundError
+from paymanager.domain.money import positive
+
+Q = load_queries("paymanager.application", "intents.sql")
+QA = load_queries("paymanager.application", "accounts.sql")
+
+
+@dataclass(frozen=True, slots=True)
+class IntentRequest:
+    channel: str
+    amount: int
+    currency: str
+    payer_account_id: uuid.UUID | None = None
+    payee_account_id: uuid.UUID | None = None
+    description: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    expires_in_sec: int | None = None
+
+
+def quote(payments: Payments, caller: ServiceIdentity, channel_name: str, amount: int, code: str) -> Quote:
+    channel = payments.channels.get(channel_name)
+    channel.check_scope(caller.scopes)
+    return channel.quote(positive(amount, code))
+
+
+def quote_view(q: Quote) -> dict[str, Any]:
+    return {
+        "channel": q.channel.value,
+        "currency": q.amount.currency,
+        "amount": q.amount.amount,
+        "fee": q.fee.amount,
+        "total": q.total.amount,
+    }
+
+
+async def _party(
+    payments: Payments,
+    conn: Conn,
+    channel: Channel,
+    side: str,
+    given: uuid.UUID | None,
+    system: SystemAccount | None,
+    code: str,
+) -> tuple[uuid.UUID, AccountKind] | None:
+    """The account on one side: the channel's system account, or the caller's choice checked to exist."""
+    if system is not None:
+        if given is not None:
+            raise InvalidInputError(
+                f"channel {channel.name.value} chooses the {side} itself; do not send {side}_account_id",
+                {"channel": channel.name.value, "field": f"{side}_account_id"},
+            )
+        return payments.system_account(system, code), AccountKind.SYSTEM
+    if given is None:
+        return None
+    row = await conn.fetchrow(QA["account_get"], given)
+    if row is None:
+        raise NotFoundError(f"no such {side} account", {f"{side}_account_id": str(given)})
+    if row["currency"] != code:
+        raise CurrencyMismatchError(
+            f"the {side} account holds {row['currency']}, not {code}",
+            {f"{side}_account_id": str(given), "account_currency": row["currency"], "currency": code},
+        )
+    return row["id"], AccountKind(row["kind"])
+
+
+async def _owns(conn: Conn, caller: ServiceIdentity, account_id: uuid.UUID) -> bool:
+    row = await conn.fetchrow(QA["account_get"], account_id)
+    return row is not None and (caller.is_admin or row["owner_service_id"] == caller.id)
+
+
+async def create_intent(
+    payments: Payments,
+    conn: Conn,
+    caller: ServiceIdentity,
+    request: IntentRequest,
+    pending: list[dict[str, Any]],
+) -> Any:
+    """Insert a `created` intent in the caller's transaction; its event goes into `pending`."""
+    channel = payments.channels.get(request.channel)
+    channel.check_scope(caller.scopes)
+    q = channel.quote(positive(request.amount, request.currency))
+    code = request.currency
+    payer = await _party(
+        payments, conn, channel, "payer", request.payer_account_id, channel.payer_system, code
+    )
+    payee = await _party(
+        payments, conn, channel, "payee", request.payee_account_id, channel.payee_system, code
+    )
+    channel.check_parties(None if channel.payer_system else payer, None if channel.payee_system else payee)
+    assert payer is not None
+    assert payee is not None
+    # The initiating side must be the caller's own account: a merchant invoices from its account,
+    # every other channel spends from the payer's (system payers are guarded by scope instead).
+    initiator = payee if channel.expires else payer
+    if initiator[1] is not AccountKind.SYSTEM and not await _owns(conn, caller, initiator[0]):
+        side = "payee" if channel.expires else "payer"
+        raise NotFoundError(f"no such {side} account", {f"{side}_account_id": str(initiator[0])})
+    now = payments.clock()
+    await policies.enforce(conn, channel.name.value, caller.id, payer[0], q.amount, now)
+    expires_at = None
+    if channel.expires:
+        ttl = request.expires_in_sec or payments.settings.invoice_default_ttl_sec
+        if not 1 <= ttl <= payments.settings.invoice_max_ttl_sec:
+            raise InvalidInputError(
+                f"expires_in_sec must be between 1 and {payments.settings.invoice_max_ttl_sec}",
+                {"expires_in_sec": ttl},
+            )
+        expires_at = now + timedelta(seconds=ttl)
+    fee_account = payments.system_account(SystemAccount.FEES, code) if q.fee.amount > 0 else None
+    row = await conn.fetchrow(
+        Q["intent_insert"], new_id(), caller.id, channel.name.value, q.amount.amount, q.fee.amount, code,
+        payer[0], payee[0], fee_account, request.description, request.metadata, now, expires_at,
+    )  # fmt: skip
+    payload = events.event_payload(row)
+    await events.notify(conn, payload)
+    pending.append(payload)
+    return row
