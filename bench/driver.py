@@ -144,13 +144,24 @@ async def bench_psycopg(dsn: str, n: int, repeats: int) -> dict[str, float]:
     return results
 
 
-async def main() -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--dsn", default=DEFAULT_DSN)
     parser.add_argument("--calls", type=int, default=2000, help="round trips per repeat")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     args = parser.parse_args()
+    print(f"event loop: {args.loop}")
 
+    if args.loop == "uvloop":
+        import uvloop
+
+        uvloop.run(compare(args))
+    else:
+        asyncio.run(compare(args))
+
+
+async def compare(args: argparse.Namespace) -> None:
     setup = await asyncpg.connect(args.dsn)
     await setup.execute(SETUP)
     await setup.close()
@@ -172,4 +183,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
