@@ -87,7 +87,7 @@ def domain_status(exc: domain.DomainError) -> int:
     """The HTTP status of a domain failure: that of its class or its nearest listed ancestor."""
     for cls in type(exc).__mro__:
         if cls in _DOMAIN_STATUS:
-            return _DOMAIN_STATUS[cls]  # type: ignore[index]
+            return _DOMAIN_STATUS[cls]
     return 422
 
 

@@ -45,7 +45,7 @@ async def enqueue_settlement(payments: Payments, conn: Conn, intent_id: uuid.UUI
         backoff=OUTBOX_SCHEDULE,
         unique_key=settle_unique_key(intent_id),
     )
-    return result.created
+    return bool(result.created)
 
 
 async def confirm_intent(

@@ -36,7 +36,7 @@ class NoPublisher:
         del topic, payload
 
 
-def event_payload(intent: dict[str, Any]) -> dict[str, Any]:
+def event_payload(intent: Any) -> dict[str, Any]:
     """The event of one status change: enough to act on without reading the intent again."""
     return {
         "type": f"intent.{intent['status']}",

@@ -111,7 +111,7 @@ class Channel:
             )
 
     def check_parties(
-        self, payer: tuple[str, AccountKind] | None, payee: tuple[str, AccountKind] | None
+        self, payer: tuple[object, AccountKind] | None, payee: tuple[object, AccountKind] | None
     ) -> None:
         """Refuse a missing, superfluous or wrongly-kinded account on either side."""
         self._check_side("payer", payer, self.payer_kinds, self.payer_system)
@@ -122,7 +122,7 @@ class Channel:
     def _check_side(
         self,
         side: str,
-        party: tuple[str, AccountKind] | None,
+        party: tuple[object, AccountKind] | None,
         kinds: frozenset[AccountKind],
         system: SystemAccount | None,
     ) -> None:
