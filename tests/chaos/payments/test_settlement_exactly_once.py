@@ -102,8 +102,11 @@ async def test_killed_worker_does_not_make_any_intent_settle_twice(
         victim.close()
         assert survivor.terminate() == 0
         survivor.close()
-    assert await pool.fetchval("SELECT count(*) FROM settlement s JOIN intent i ON i.id = s.intent_id "
-                               "WHERE i.channel = 'internal-p2p' AND s.outcome = 'posted'") == INTENTS  # fmt: skip
+    posted = await pool.fetchval(
+        "SELECT count(*) FROM settlement s JOIN intent i ON i.id = s.intent_id "
+        "WHERE i.channel = 'internal-p2p' AND s.outcome = 'posted'"
+    )
+    assert posted == INTENTS
     fee = int(await pool.fetchval("SELECT fee FROM intent WHERE channel = 'internal-p2p' LIMIT 1"))
     per_account = INTENTS // PAYERS
     for payer, payee in zip(payers, payees, strict=True):
