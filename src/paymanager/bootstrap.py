@@ -173,7 +173,8 @@ def worker_options(runtime: Runtime) -> Any:
 
 def maintenance(runtime: Runtime) -> Service:
     """The engine's maintenance (rescuer, pruner, promoter); it elects one leader cluster-wide."""
-    from paymanager.jobs import Maintenance, MaintenanceOptions, Retention
+    from paymanager.jobs import MaintenanceOptions, Retention
+    from paymanager.jobs.maintenance import Maintenance
 
     settings = runtime.settings
     assert runtime.pool is not None
