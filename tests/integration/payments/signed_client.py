@@ -16,19 +16,26 @@ _nonce = itertools.count(1)
 
 
 class SignedClient:
-    """Signs requests for one service. GETs get a unique `nonce` query parameter so that polling the
-    same URL within one second is not refused as a replay."""
+    """Signs requests for one service, as a careful real client would: a signature is accepted once,
+    so GETs get a unique `nonce` query parameter, and a request identical to one already signed in
+    the same second (a retry under the same Idempotency-Key) is signed with an earlier second."""
 
     def __init__(self, http: httpx.AsyncClient, service_id: str, secret: str) -> None:
         self.http = http
         self.service_id = service_id
         self.secret = secret
+        self._used: set[str] = set()
 
     def headers_for(
         self, method: str, target: str, body: bytes, timestamp: int | None = None
     ) -> dict[str, str]:
         stamp = int(time.time()) if timestamp is None else timestamp
-        return signed_headers(self.service_id, self.secret.encode(), method, target, stamp, body)
+        headers = signed_headers(self.service_id, self.secret.encode(), method, target, stamp, body)
+        while timestamp is None and headers["X-Signature"] in self._used:
+            stamp -= 1
+            headers = signed_headers(self.service_id, self.secret.encode(), method, target, stamp, body)
+        self._used.add(headers["X-Signature"])
+        return headers
 
     async def request(
         self,
