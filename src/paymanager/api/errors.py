@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -92,7 +94,9 @@ def domain_status(exc: domain.DomainError) -> int:
 
 
 def domain_error_body(exc: domain.DomainError) -> dict[str, Any]:
-    return error_body(exc.code, exc.message, exc.details)
+    # Details may carry ids as database UUID objects; they are rendered as strings.
+    details = orjson.loads(orjson.dumps(exc.details, default=str))
+    return error_body(exc.code, exc.message, details)
 
 
 def install_error_handlers(app: FastAPI) -> None:

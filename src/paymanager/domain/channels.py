@@ -117,7 +117,9 @@ class Channel:
         self._check_side("payer", payer, self.payer_kinds, self.payer_system)
         self._check_side("payee", payee, self.payee_kinds, self.payee_system)
         if payer is not None and payee is not None and payer[0] == payee[0]:
-            raise SameAccountError("payer and payee must be different accounts", {"account_id": payer[0]})
+            raise SameAccountError(
+                "payer and payee must be different accounts", {"account_id": str(payer[0])}
+            )
 
     def _check_side(
         self,
