@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
