@@ -336,3 +336,16 @@ SELECT pg_notify($1, $2)
 
 -- name: job_listener_ping
 SELECT 1
+
+-- name: job_periodic_init
+-- The first sight of a schedule records its current slot without enqueuing (the first run is at the
+-- next slot); no row means the schedule is known already.
+INSERT INTO job_periodic (name, last_slot) VALUES ($1, $2)
+ON CONFLICT (name) DO NOTHING
+RETURNING name
+
+-- name: job_leader_try_lock
+SELECT pg_try_advisory_lock($1)
+
+-- name: job_leader_unlock
+SELECT pg_advisory_unlock($1)
