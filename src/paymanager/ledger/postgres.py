@@ -11,6 +11,7 @@ negative under concurrency; the schema's CHECK constraints enforce the same limi
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ _POST_OR_VOID = int(TransferFlags.POST_PENDING_TRANSFER | TransferFlags.VOID_PEN
 _TWO_TO_64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
 _VERIFY_ROWS_MAX = 100
+_TIMESTAMP_JUMP_NS_MAX = 1_000_000
 
 
 class _StaleReadError(Exception):
@@ -176,7 +178,14 @@ class PostgresLedger:
             try:
                 async with conn.transaction():
                     return await apply(conn, events)
-            except (asyncpg.UniqueViolationError, _StaleReadError):
+            except asyncpg.UniqueViolationError as exc:
+                if attempt == _ATTEMPTS_MAX:
+                    raise
+                if exc.constraint_name == "ledger_transfer_timestamp_key":
+                    # Another process took these nanoseconds (clocks agree to the nanosecond more
+                    # often than one would think under load): jump past them by a random step.
+                    self._last_timestamp += secrets.randbelow(_TIMESTAMP_JUMP_NS_MAX) + 1
+            except _StaleReadError:
                 if attempt == _ATTEMPTS_MAX:
                     raise
         raise AssertionError("unreachable")
