@@ -40,20 +40,14 @@ class Backend:
         return secrets.randbits(127) + 1
 
 
-def _tb_host_port(address: str) -> tuple[str, int]:
-    first = address.split(",")[0].strip()
-    if first.isdigit():
-        return "127.0.0.1", int(first)
-    host, _, port = first.rpartition(":")
-    return (host or "127.0.0.1"), int(port or 3001)
-
-
 def tigerbeetle_unreachable_reason() -> str | None:
     try:
         import tigerbeetle  # noqa: F401
     except ImportError:
         return "the tigerbeetle client is not installed (pip install 'paymanager[tigerbeetle]')"
-    host, port = _tb_host_port(TB_ADDRESS)
+    from paymanager.ledger.tigerbeetle import replica_endpoints
+
+    host, port = replica_endpoints(TB_ADDRESS)[0]
     try:
         with socket.create_connection((host, port), timeout=1):
             return None
