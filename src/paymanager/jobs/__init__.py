@@ -1,0 +1,58 @@
+"""paymanager's durable job engine on PostgreSQL: a library that knows nothing about payments.
+
+Enqueue on the caller's connection (`enqueue`, `enqueue_many`, `enqueue_flow`), register handlers
+(`Registry`), run them (`Worker`), keep the cluster healthy (`Maintenance`), administer (`admin`), and
+follow the lifecycle (`EventStream`). The lifecycle is drawn in docs/state_machines.md.
+"""
+
+from paymanager.jobs.backoff import OUTBOX_SCHEDULE, Backoff, Exponential, Fixed, Schedule
+from paymanager.jobs.context import JobContext
+from paymanager.jobs.enqueue import EnqueueResult, NewJob, enqueue, enqueue_flow, enqueue_many
+from paymanager.jobs.errors import (
+    EnqueueError,
+    InvalidJobError,
+    JobCancelledError,
+    JobError,
+    LeaseLostError,
+    PayloadTooLargeError,
+    PermanentError,
+    QueueFullError,
+)
+from paymanager.jobs.events import DeadHook, DeadJob, EventStream, JobEvent
+from paymanager.jobs.options import MaintenanceOptions, PeriodicJob, Retention, WorkerOptions
+from paymanager.jobs.registry import Registry
+from paymanager.jobs.states import JobState
+from paymanager.jobs.worker import Worker
+
+__all__ = [
+    "OUTBOX_SCHEDULE",
+    "Backoff",
+    "DeadHook",
+    "DeadJob",
+    "EnqueueError",
+    "EnqueueResult",
+    "EventStream",
+    "Exponential",
+    "Fixed",
+    "InvalidJobError",
+    "JobCancelledError",
+    "JobContext",
+    "JobError",
+    "JobEvent",
+    "JobState",
+    "LeaseLostError",
+    "MaintenanceOptions",
+    "NewJob",
+    "PayloadTooLargeError",
+    "PeriodicJob",
+    "PermanentError",
+    "QueueFullError",
+    "Registry",
+    "Retention",
+    "Schedule",
+    "Worker",
+    "WorkerOptions",
+    "enqueue",
+    "enqueue_flow",
+    "enqueue_many",
+]

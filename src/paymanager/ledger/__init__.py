@@ -1,0 +1,84 @@
+"""The ledger: two-phase double-entry accounting with TigerBeetle's semantics.
+
+A library: it knows nothing of payments. The `Ledger` port has two adapters, `PostgresLedger`
+(the default) and `TigerBeetleLedger` (the optional `paymanager[tigerbeetle]` extra).
+
+Semantics follow TigerBeetle 0.17: caller-chosen u128 ids (never 0 nor 2^128 - 1), `ledger` and
+`code`, user data, the four balances, account and transfer flags with TigerBeetle's bit values,
+two-phase transfers (pending, then post - full with `AMOUNT_MAX` or partial - or void), pending
+timeouts, balancing transfers, linked chains that succeed or fail whole, idempotency by id
+(`exists`, `exists_with_different_*`, `id_already_failed` after a transient failure), and result
+codes with TigerBeetle's names in its order of precedence. `create_*` return one result per event,
+successes included (0.17's dense shape): `AccountEventResult`/`TransferEventResult` with a
+timestamp and the result code.
+
+Deliberate differences of the PostgreSQL ledger from TigerBeetle:
+- Amounts and balances are bigint, so `overflows_*` fire at 2^63 - 1 rather than 2^128 - 1 (ample
+  for minor units; it keeps the arithmetic and the columns native). `AMOUNT_MAX` (2^128 - 1) keeps
+  its meaning as "the full pending amount" for posts and "no limit" for balancing transfers.
+- Closing transfers (`closing_debit`/`closing_credit`) and imported events are not supported: they
+  answer `reserved_flag`. The `closed` account flag set at creation is honoured
+  (`debit_account_already_closed`/`credit_account_already_closed`).
+- Expired pending transfers release their holds when `expire_pending(now)` runs (a periodic job) -
+  TigerBeetle does it as its clock passes - so balances may show an expired hold until then, as
+  TigerBeetle also allows; a post or void after expiry always fails with `pending_transfer_expired`.
+- Timestamps come from the process clock (nanoseconds, unique per transfer, increasing within a
+  process) instead of a cluster clock.
+- A transient failure burns its id even inside a linked chain that is undone.
+"""
+
+from paymanager.ledger._batch import BALANCE_MAX
+from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
+from paymanager.ledger.postgres import PostgresLedger, Verification
+from paymanager.ledger.system_accounts import SystemAccountMismatchError, account_id_for, ensure_accounts
+from paymanager.ledger.types import (
+    AMOUNT_MAX,
+    BATCH_MAX,
+    Account,
+    AccountEventResult,
+    AccountFlags,
+    AccountNotFoundError,
+    Balance,
+    BatchTooLargeError,
+    CreateAccountResult,
+    CreateAccountStatus,
+    CreateTransferResult,
+    CreateTransferStatus,
+    LedgerError,
+    LedgerUnavailableError,
+    Normal,
+    Transfer,
+    TransferEventResult,
+    TransferFlags,
+    balance_of,
+)
+
+__all__ = [
+    "AMOUNT_MAX",
+    "BALANCE_MAX",
+    "BATCH_MAX",
+    "HISTORY_LIMIT_MAX",
+    "Account",
+    "AccountEventResult",
+    "AccountFlags",
+    "AccountNotFoundError",
+    "Balance",
+    "BatchTooLargeError",
+    "CreateAccountResult",
+    "CreateAccountStatus",
+    "CreateTransferResult",
+    "CreateTransferStatus",
+    "Ledger",
+    "LedgerError",
+    "LedgerUnavailableError",
+    "Normal",
+    "PostgresLedger",
+    "SystemAccountMismatchError",
+    "Transfer",
+    "TransferEventResult",
+    "TransferFlags",
+    "Verification",
+    "account_id_for",
+    "balance_of",
+    "ensure_accounts",
+]

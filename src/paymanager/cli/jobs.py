@@ -1,0 +1,173 @@
+"""`paymanager jobs ...`: list, inspect, retry, replay, cancel, pause/resume, prune, stats."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import typer
+
+from paymanager.jobs import JobState, Retention, admin
+
+T = TypeVar("T")
+
+jobs_app = typer.Typer(name="jobs", help="Inspect and administer the job engine.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(jobs_app, name="jobs")
+
+
+def _with_conn(action: Callable[[Any], Awaitable[T]]) -> T:
+    from paymanager.cli import load_settings
+    from paymanager.db.pool import connect
+    from paymanager.runtime import resolve_database_url
+
+    dsn = resolve_database_url(load_settings())
+
+    async def run() -> T:
+        conn = await connect(dsn, application_name="paymanager:cli-jobs")
+        try:
+            return await action(conn)
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def _echo_json(value: Any) -> None:
+    typer.echo(orjson.dumps(value, default=str, option=orjson.OPT_INDENT_2).decode())
+
+
+@jobs_app.command("ls")
+def list_jobs(
+    state: Annotated[JobState | None, typer.Option(help="Only jobs in this state.")] = None,
+    queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
+    before_id: Annotated[int | None, typer.Option(help="Page: jobs older than this id.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=admin.LIST_LIMIT_MAX)] = 50,
+) -> None:
+    """List jobs, newest first."""
+    rows = _with_conn(
+        lambda c: admin.list_jobs(c, state=state, queue=queue, kind=kind, before_id=before_id, limit=limit)
+    )
+    for row in rows:
+        error = (row["last_error"] or {}).get("error", "")
+        typer.echo(
+            f"{row['id']:>10}  {row['state']:<16} {row['queue']:<12} {row['kind']:<24} "
+            f"attempt {row['attempt']}/{row['max_attempts'] or '-'}  {str(error)[:60]}"
+        )
+    if not rows:
+        typer.echo("no jobs")
+
+
+@jobs_app.command()
+def show(job_id: int) -> None:
+    """Every field of one job, its error history included."""
+    row = _with_conn(lambda c: admin.get_job(c, job_id))
+    if row is None:
+        typer.echo(f"job {job_id} not found", err=True)
+        raise typer.Exit(1)
+    _echo_json(row)
+
+
+@jobs_app.command()
+def retry(job_id: int) -> None:
+    """Run a dead, cancelled, retryable or scheduled job now."""
+    if not _with_conn(lambda c: admin.retry_job(c, job_id)):
+        typer.echo(f"job {job_id} is not dead, cancelled, retryable or scheduled", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"job {job_id} is available")
+
+
+@jobs_app.command()
+def replay(
+    job_id: Annotated[int | None, typer.Argument(help="One dead job; omit to replay by filter.")] = None,
+    kind: Annotated[str | None, typer.Option()] = None,
+    queue: Annotated[str | None, typer.Option()] = None,
+    error: Annotated[str | None, typer.Option(help="Only jobs whose last error contains this.")] = None,
+    since: Annotated[datetime | None, typer.Option(help="Dead since (ISO time).")] = None,
+    until: Annotated[datetime | None, typer.Option(help="Dead before (ISO time).")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=admin.REPLAY_LIMIT_MAX)] = 1_000,
+) -> None:
+    """Replay dead jobs: one by id, or all that match every filter given."""
+    if job_id is not None:
+        retry(job_id)
+        return
+    ids = _with_conn(
+        lambda c: admin.replay_dead(
+            c, kind=kind, queue=queue, error_contains=error, since=since, until=until, limit=limit
+        )
+    )
+    typer.echo(f"replayed {len(ids)} dead job(s)")
+
+
+@jobs_app.command()
+def cancel(job_id: int) -> None:
+    """Cancel a job; a running one is asked to stop through its context."""
+    result = _with_conn(lambda c: admin.cancel_job(c, job_id))
+    if result is None:
+        typer.echo(f"job {job_id} is finished or does not exist", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"job {job_id}: {result.outcome}")
+
+
+@jobs_app.command()
+def pause(queue: str) -> None:
+    """Stop claiming jobs of a queue (running jobs finish)."""
+    _with_conn(lambda c: admin.pause_queue(c, queue))
+    typer.echo(f"queue {queue} paused")
+
+
+@jobs_app.command()
+def resume(queue: str) -> None:
+    """Resume claiming jobs of a paused queue."""
+    _with_conn(lambda c: admin.resume_queue(c, queue))
+    typer.echo(f"queue {queue} resumed")
+
+
+@jobs_app.command("max-depth")
+def max_depth(queue: str, depth: Annotated[int, typer.Argument(help="0 removes the limit.", min=0)]) -> None:
+    """Refuse enqueues once a queue holds this many unfinished jobs."""
+    _with_conn(lambda c: admin.set_max_depth(c, queue, depth or None))
+    typer.echo(f"queue {queue}: max depth {depth or 'unlimited'}")
+
+
+@jobs_app.command()
+def prune(
+    completed_age_ms: Annotated[int | None, typer.Option(min=0)] = None,
+    completed_count: Annotated[int | None, typer.Option(min=0)] = None,
+    dead_age_ms: Annotated[int | None, typer.Option(min=0)] = None,
+    dead_count: Annotated[int | None, typer.Option(min=0)] = None,
+) -> None:
+    """Delete finished jobs beyond the configured retention (or the limits given here)."""
+    from paymanager.cli import load_settings
+
+    settings = load_settings()
+    retention = Retention(
+        completed_age_ms=completed_age_ms
+        if completed_age_ms is not None
+        else settings.job_retention_completed_age_ms,
+        completed_count=completed_count
+        if completed_count is not None
+        else settings.job_retention_completed_count,
+        dead_age_ms=dead_age_ms if dead_age_ms is not None else settings.job_retention_dead_age_ms,
+        dead_count=dead_count,
+    )
+    deleted = _with_conn(lambda c: admin.prune(c, retention))
+    typer.echo(f"pruned {deleted} job(s)")
+
+
+@jobs_app.command()
+def stats() -> None:
+    """Job counts per queue and state, and each queue's settings."""
+    counts = _with_conn(admin.stats)
+    queues = {q["name"]: q for q in _with_conn(admin.list_queues)}
+    for queue in sorted(set(counts) | set(queues)):
+        settings = queues.get(queue, {})
+        flags = " (paused)" if settings.get("paused") else ""
+        per_state = "  ".join(f"{state}={n}" for state, n in sorted(counts.get(queue, {}).items()))
+        typer.echo(f"{queue}{flags}: {per_state or 'empty'}")

@@ -1,0 +1,152 @@
+"""`paymanager ledger`: accounts, balance, transfers and verify, on the PostgreSQL ledger."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+import typer
+
+T = TypeVar("T")
+
+ledger_app = typer.Typer(name="ledger", help="Inspect and verify the ledger.", no_args_is_help=True)
+
+AccountArg = Annotated[
+    str,
+    typer.Argument(help="Account id (decimal or 0x hex) or a system account name such as system.fees.THB."),
+]
+
+
+_ACCOUNT_COLUMNS = [
+    ("id", 40), ("ledger", 6), ("code", 5), ("flags", 5), ("debits_pending", 15), ("debits_posted", 15),
+    ("credits_pending", 15), ("credits_posted", 15),
+]  # fmt: skip
+_TRANSFER_COLUMNS = [
+    ("timestamp", 20), ("id", 40), ("side", 6), ("amount", 15), ("code", 5), ("flags", 5), ("pending_id", 40),
+]  # fmt: skip
+
+
+def _row(columns: list[tuple[str, int]], values: list[object]) -> str:
+    return " ".join(f"{value!s:>{width}}" for (_, width), value in zip(columns, values, strict=True))
+
+
+def parse_account(value: str) -> int:
+    """An id in decimal or hex, or else a name whose id is derived as `account_id_for` does."""
+    from paymanager.ledger import account_id_for
+
+    text = value.strip()
+    if text.isdigit():
+        return int(text)
+    if text.lower().startswith("0x"):
+        return int(text, 16)
+    return account_id_for(text)
+
+
+def _with_ledger(action: Callable[..., Awaitable[T]]) -> T:
+    from paymanager.cli import load_settings
+    from paymanager.ledger import PostgresLedger
+    from paymanager.runtime import resolve_database_url
+
+    dsn = resolve_database_url(load_settings())
+
+    async def run() -> T:
+        ledger = await PostgresLedger.connect(dsn, max_size=1)
+        try:
+            return await action(ledger)
+        finally:
+            await ledger.close()
+
+    return asyncio.run(run())
+
+
+@ledger_app.command()
+def accounts(
+    ledger_number: Annotated[
+        int, typer.Option("--ledger", help="Only accounts of this ledger (0: all).")
+    ] = 0,
+    after: Annotated[str, typer.Option(help="Start after this account id (pagination).")] = "0",
+    limit: Annotated[int, typer.Option(min=1, max=8189, help="At most this many accounts.")] = 50,
+) -> None:
+    """List accounts in id order with their balances."""
+    found = _with_ledger(
+        lambda lg: lg.list_accounts(after=parse_account(after), limit=limit, ledger=ledger_number)
+    )
+    typer.echo(_row(_ACCOUNT_COLUMNS, [name for name, _ in _ACCOUNT_COLUMNS]))
+    for a in found:
+        typer.echo(_row(_ACCOUNT_COLUMNS, [getattr(a, name) for name, _ in _ACCOUNT_COLUMNS]))
+
+
+@ledger_app.command()
+def balance(
+    account: AccountArg,
+    normal: Annotated[
+        str | None, typer.Option(help="debit or credit (default: from the account's flags).")
+    ] = None,
+) -> None:
+    """Posted, pending and available balance of one account."""
+    from paymanager.ledger import AccountNotFoundError
+
+    if normal not in (None, "debit", "credit"):
+        raise typer.BadParameter("normal must be debit or credit")
+    account_id = parse_account(account)
+    try:
+        result = _with_ledger(lambda lg: lg.balance(account_id, normal))
+    except AccountNotFoundError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"account    {account_id}")
+    typer.echo(f"normal     {result.normal}")
+    typer.echo(f"posted     {result.posted}")
+    typer.echo(f"pending    {result.pending}")
+    typer.echo(f"available  {result.available}")
+
+
+@ledger_app.command()
+def transfers(
+    account: AccountArg,
+    since: Annotated[int, typer.Option(help="Only transfers with timestamp >= this (ns).")] = 0,
+    until: Annotated[int, typer.Option(help="Only transfers with timestamp <= this (ns; 0: open).")] = 0,
+    code: Annotated[int, typer.Option(help="Only transfers with this code (0: any).")] = 0,
+    limit: Annotated[int, typer.Option(min=1, max=8189, help="At most this many transfers.")] = 50,
+    newest_first: Annotated[bool, typer.Option("--reversed", help="Newest first.")] = False,
+) -> None:
+    """The transfers of one account, oldest first (next page: --since <last timestamp + 1>)."""
+    account_id = parse_account(account)
+    found = _with_ledger(
+        lambda lg: lg.get_account_transfers(
+            account_id,
+            timestamp_min=since,
+            timestamp_max=until,
+            code=code,
+            limit=limit,
+            reversed=newest_first,
+        )
+    )
+    typer.echo(_row(_TRANSFER_COLUMNS, [name for name, _ in _TRANSFER_COLUMNS]))
+    for t in found:
+        side = "debit" if t.debit_account_id == account_id else "credit"
+        values = [t.timestamp, t.id, side, t.amount, t.code, t.flags, t.pending_id or ""]
+        typer.echo(_row(_TRANSFER_COLUMNS, values))
+
+
+@ledger_app.command()
+def verify() -> None:
+    """Check the ledger's invariants; exit 1 when one is violated."""
+    result = _with_ledger(lambda lg: lg.verify())
+    typer.echo(f"accounts         {result.accounts}")
+    typer.echo(f"transfers        {result.transfers}")
+    typer.echo(f"debits_pending   {result.debits_pending}")
+    typer.echo(f"credits_pending  {result.credits_pending}")
+    typer.echo(f"debits_posted    {result.debits_posted}")
+    typer.echo(f"credits_posted   {result.credits_posted}")
+    if result.ok:
+        typer.echo("ok: debits equal credits and every balance matches its transfers")
+        return
+    for violation in result.violations:
+        typer.echo(f"VIOLATION: {violation}", err=True)
+    raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(ledger_app, name="ledger")

@@ -1,0 +1,178 @@
+"""Writes job outcomes in batches: one statement for all completions, one for all failures.
+
+Each statement checks the lease token, so an outcome of a claim that lost its lease changes nothing.
+Events are published after the write commits; the on-dead hook runs for each job that died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from paymanager.db.pool import Pool
+from paymanager.jobs._outcomes import Completion, Failure
+from paymanager.jobs._queries import Q
+from paymanager.jobs.context import JobContext
+from paymanager.jobs.events import DeadHook, DeadJob, EventPublisher, JobEvent
+from paymanager.jobs.states import JobState
+from paymanager.logging import get_logger
+
+log = get_logger("paymanager.jobs.completer")
+
+RETRY_DELAY_S = 0.5
+# A write that keeps failing is retried this many times before its outcomes are dropped; the
+# leases then expire and the rescuer hands the jobs out again (at-least-once, never lost).
+WRITE_TRIES_MAX = 20
+
+_EVENT_OF_STATE = {
+    JobState.RETRYABLE: "retrying",
+    JobState.DEAD: "dead",
+    JobState.CANCELLED: "cancelled",
+    JobState.SCHEDULED: "snoozed",
+    JobState.AVAILABLE: "snoozed",
+}
+
+
+class Completer:
+    def __init__(
+        self,
+        pool: Pool,
+        batch_max: int,
+        events: EventPublisher,
+        forget: Callable[[list[int]], None],
+        requeued: Callable[[str], None],
+        on_dead: DeadHook | None,
+    ) -> None:
+        self._pool = pool
+        self._batch_max = batch_max
+        self._events = events
+        self._forget = forget
+        self._requeued = requeued
+        self._on_dead = on_dead
+        self._completions: list[tuple[JobContext, Completion]] = []
+        self._failures: list[tuple[JobContext, Failure]] = []
+        self._pending_ids: set[int] = set()
+        self._ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending_ids)
+
+    def is_pending(self, job_id: int) -> bool:
+        return job_id in self._pending_ids
+
+    def add(self, ctx: JobContext, outcome: Completion | Failure) -> None:
+        if isinstance(outcome, Completion):
+            self._completions.append((ctx, outcome))
+        else:
+            self._failures.append((ctx, outcome))
+        self._pending_ids.add(ctx.id)
+        self._idle.clear()
+        self._ready.set()
+
+    def published_completion(self, ctx: JobContext) -> None:
+        """A handler completed its job in its own transaction: only the event remains to send."""
+        event = JobEvent("completed", ctx.id, ctx.kind, ctx.queue, ctx.attempt)
+        task = asyncio.get_running_loop().create_task(self._events.publish([event]))
+        task.add_done_callback(lambda _t: None)
+
+    async def run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._completions or self._failures:
+                await self.flush()
+            self._idle.set()
+
+    async def drain(self) -> None:
+        """Write everything pending (at shutdown)."""
+        while self._completions or self._failures:
+            await self.flush()
+
+    async def flush(self) -> None:
+        completions = self._completions[: self._batch_max]
+        del self._completions[: len(completions)]
+        failures = self._failures[: self._batch_max]
+        del self._failures[: len(failures)]
+        events: list[JobEvent] = []
+        dead: list[tuple[JobContext, dict[str, Any] | None]] = []
+        if completions:
+            await self._write(lambda: self._complete(completions, events))
+        if failures:
+            await self._write(lambda: self._fail(failures, events, dead))
+        ids = [ctx.id for ctx, _ in completions] + [ctx.id for ctx, _ in failures]
+        self._pending_ids.difference_update(ids)
+        self._forget(ids)
+        if events:
+            await self._events.publish(events)
+        for ctx, error in dead:
+            await self._run_dead_hook(ctx, error)
+
+    async def _write(self, statement: Callable[[], Awaitable[None]]) -> None:
+        for attempt in range(1, WRITE_TRIES_MAX + 1):
+            try:
+                await statement()
+                return
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+                log.warning("writing job outcomes failed", error=str(exc), attempt=attempt)
+                await asyncio.sleep(RETRY_DELAY_S)
+        log.error("job outcomes dropped after repeated failures; their leases will expire")
+
+    async def _complete(self, batch: list[tuple[JobContext, Completion]], events: list[JobEvent]) -> None:
+        rows = await self._pool.fetch(
+            Q["job_complete_many"],
+            [c.id for _, c in batch],
+            [c.token for _, c in batch],
+            [c.result for _, c in batch],
+        )
+        done = {row["id"] for row in rows}
+        for ctx, _ in batch:
+            if ctx.id in done:
+                events.append(JobEvent("completed", ctx.id, ctx.kind, ctx.queue, ctx.attempt))
+            else:
+                log.warning("job completion refused: lease lost", job_id=ctx.id, kind=ctx.kind)
+
+    async def _fail(
+        self,
+        batch: list[tuple[JobContext, Failure]],
+        events: list[JobEvent],
+        dead: list[tuple[JobContext, dict[str, Any] | None]],
+    ) -> None:
+        rows = await self._pool.fetch(
+            Q["job_fail_many"],
+            [f.id for _, f in batch],
+            [f.token for _, f in batch],
+            [f.state.value for _, f in batch],
+            [f.delay_ms for _, f in batch],
+            [f.error for _, f in batch],
+            [f.spent for _, f in batch],
+        )
+        written = {row["id"] for row in rows}
+        for ctx, failure in batch:
+            if ctx.id not in written:
+                continue
+            message = failure.error["error"] if failure.error else None
+            if failure.error is not None:
+                events.append(JobEvent("failed", ctx.id, ctx.kind, ctx.queue, ctx.attempt, error=message))
+            events.append(
+                JobEvent(
+                    _EVENT_OF_STATE[failure.state], ctx.id, ctx.kind, ctx.queue, ctx.attempt, error=message
+                )
+            )
+            if failure.state is JobState.DEAD:
+                dead.append((ctx, failure.error))
+            if failure.state is JobState.AVAILABLE:
+                self._requeued(ctx.queue)
+
+    async def _run_dead_hook(self, ctx: JobContext, error: dict[str, Any] | None) -> None:
+        if self._on_dead is None:
+            return
+        try:
+            await self._on_dead(DeadJob(ctx.id, ctx.kind, ctx.queue, error))
+        except Exception as exc:  # the hook is the caller's code: it must not stop the completer
+            log.error("on-dead hook failed", job_id=ctx.id, error=repr(exc))

@@ -1,0 +1,113 @@
+"""The worker's LISTEN connection, checked and re-established when it dies.
+
+A LISTEN connection that dies silently would leave a worker on its slow polling fallback; this one
+notices (asyncpg's termination callback, and a ping every `check_interval_s` for half-open TCP),
+reconnects with capped backoff, and calls `on_reconnect` so the worker polls once to cover the gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from paymanager.db.pool import connect
+from paymanager.jobs._queries import Q
+from paymanager.logging import get_logger
+
+log = get_logger("paymanager.jobs.listener")
+
+RECONNECT_DELAY_MS_MIN = 50
+RECONNECT_DELAY_MS_MAX = 5_000
+PING_TIMEOUT_S = 5.0
+
+
+class Listener:
+    def __init__(
+        self,
+        dsn: str,
+        handlers: dict[str, Callable[[str], None]],
+        on_reconnect: Callable[[], None],
+        check_interval_s: float,
+        application_name: str = "paymanager:job-listener",
+    ) -> None:
+        self._dsn = dsn
+        self._handlers = handlers
+        self._on_reconnect = on_reconnect
+        self._check_interval_s = check_interval_s
+        self._application_name = application_name
+        self._conn: Any = None
+        self._lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.reconnects = 0
+        self.backend_pid: int | None = None
+
+    async def start(self) -> None:
+        await self._connect()
+        self._task = asyncio.create_task(self._watch(), name="job-listener")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._close()
+
+    async def _connect(self) -> None:
+        conn = await connect(self._dsn, application_name=self._application_name)
+        for channel, handler in self._handlers.items():
+            await conn.add_listener(channel, self._callback(handler))
+        conn.add_termination_listener(lambda _conn: self._lost.set())
+        self._conn = conn
+        self.backend_pid = conn.get_server_pid()
+        self._lost.clear()
+
+    @staticmethod
+    def _callback(handler: Callable[[str], None]) -> Callable[..., None]:
+        def on_notify(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+            handler(payload)
+
+        return on_notify
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), timeout=1)
+            if not conn.is_closed():
+                conn.terminate()
+
+    async def _watch(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lost.wait(), timeout=self._check_interval_s)
+            if not self._lost.is_set() and await self._alive():
+                continue
+            log.warning("job listener connection lost; reconnecting")
+            await self._close()
+            await self._reconnect()
+
+    async def _alive(self) -> bool:
+        try:
+            await asyncio.wait_for(self._conn.fetchval(Q["job_listener_ping"]), timeout=PING_TIMEOUT_S)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError, AttributeError):
+            return False
+        return True
+
+    async def _reconnect(self) -> None:
+        delay_ms = RECONNECT_DELAY_MS_MIN
+        while True:
+            try:
+                await self._connect()
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+                log.warning("job listener reconnect failed", error=str(exc), retry_ms=delay_ms)
+                await asyncio.sleep(delay_ms / 1000)
+                delay_ms = min(delay_ms * 2, RECONNECT_DELAY_MS_MAX)
+                continue
+            self.reconnects += 1
+            log.info("job listener reconnected", reconnects=self.reconnects)
+            self._on_reconnect()
+            return

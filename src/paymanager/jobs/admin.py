@@ -1,0 +1,126 @@
+"""Administration: list and inspect jobs, retry, replay dead jobs, cancel, pause/resume, prune, stats.
+
+Used by the `paymanager jobs` CLI and the admin API. Every function takes a connection; listings are
+bounded (LIST_LIMIT_MAX) and paginated by id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from paymanager.db.pool import Conn
+from paymanager.jobs._queries import Q
+from paymanager.jobs.options import PRUNE_BATCH_MAX, Retention
+from paymanager.jobs.pruner import prune_queue
+from paymanager.jobs.states import JobState
+
+LIST_LIMIT_MAX = 1_000
+REPLAY_LIMIT_MAX = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    id: int
+    # "cancelled" when the job had not started; "requested" when it runs and was asked to stop.
+    outcome: str
+
+
+async def list_jobs(
+    conn: Conn,
+    *,
+    state: JobState | None = None,
+    queue: str | None = None,
+    kind: str | None = None,
+    before_id: int | None = None,
+    limit: int = 50,
+) -> list[dict[str, Any]]:
+    """Jobs newest first; pass the last id seen as `before_id` for the next page."""
+    if not 1 <= limit <= LIST_LIMIT_MAX:
+        raise ValueError(f"limit must be within [1, {LIST_LIMIT_MAX}]")
+    rows = await conn.fetch(
+        Q["job_list"], state.value if state is not None else None, queue, kind, before_id, limit
+    )
+    return [dict(row) for row in rows]
+
+
+async def get_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
+    """Every column of a job, the error history included."""
+    row = await conn.fetchrow(Q["job_get"], job_id)
+    return dict(row) if row is not None else None
+
+
+async def retry_job(conn: Conn, job_id: int) -> bool:
+    """Make a dead, cancelled, retryable or scheduled job available now; False if it is not one."""
+    return await conn.fetchrow(Q["job_retry"], job_id) is not None
+
+
+async def replay_dead(
+    conn: Conn,
+    *,
+    kind: str | None = None,
+    queue: str | None = None,
+    error_contains: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 1_000,
+) -> list[int]:
+    """Replay every dead job matching all given filters (up to `limit`); returns their ids."""
+    if not 1 <= limit <= REPLAY_LIMIT_MAX:
+        raise ValueError(f"limit must be within [1, {REPLAY_LIMIT_MAX}]")
+    rows = await conn.fetch(Q["job_replay_dead"], kind, queue, error_contains, since, until, limit)
+    return [int(row["id"]) for row in rows]
+
+
+async def cancel_job(conn: Conn, job_id: int) -> CancelResult | None:
+    """Cancel a job that has not started, or ask a running one to stop; None if it is finished."""
+    row = await conn.fetchrow(Q["job_cancel"], job_id)
+    if row is None:
+        return None
+    return CancelResult(int(row["id"]), "requested" if row["state"] == "running" else "cancelled")
+
+
+async def pause_queue(conn: Conn, queue: str) -> None:
+    """Workers claim nothing more from `queue` (running jobs finish) until it is resumed."""
+    await conn.fetch(Q["job_queue_set_paused"], queue, True)
+
+
+async def resume_queue(conn: Conn, queue: str) -> None:
+    await conn.fetch(Q["job_queue_set_paused"], queue, False)
+
+
+async def set_max_depth(conn: Conn, queue: str, max_depth: int | None) -> None:
+    """Enqueue refuses (QueueFullError) once `queue` holds `max_depth` unfinished jobs; None: no limit."""
+    await conn.execute(Q["job_queue_set_max_depth"], queue, max_depth)
+
+
+async def list_queues(conn: Conn) -> list[dict[str, Any]]:
+    return [dict(row) for row in await conn.fetch(Q["job_queue_list"])]
+
+
+async def stats(conn: Conn) -> dict[str, dict[str, int]]:
+    """Job counts per queue and state."""
+    result: dict[str, dict[str, int]] = {}
+    for row in await conn.fetch(Q["job_stats"]):
+        result.setdefault(row["queue"], {})[row["state"]] = int(row["n"])
+    return result
+
+
+async def prune(
+    conn: Conn,
+    retention: Retention,
+    *,
+    retention_by_queue: dict[str, Retention] | None = None,
+    now: datetime | None = None,
+    batch_max: int = 10_000,
+) -> int:
+    """Apply retention to every queue now; returns how many jobs were deleted."""
+    if not 1 <= batch_max <= PRUNE_BATCH_MAX:
+        raise ValueError(f"batch_max must be within [1, {PRUNE_BATCH_MAX}]")
+    total = 0
+    for row in await conn.fetch(Q["job_finished_queues"]):
+        queue = row["queue"]
+        chosen = (retention_by_queue or {}).get(queue, retention)
+        total += await prune_queue(conn, queue, chosen, now=now, batch_max=batch_max)
+    return total

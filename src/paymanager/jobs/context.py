@@ -1,0 +1,108 @@
+"""What a handler receives: its job, progress, snooze, cancellation and the fenced completion."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from paymanager.db.pool import Conn, Pool
+from paymanager.jobs._queries import Q
+from paymanager.jobs.errors import JobCancelledError, LeaseLostError
+
+SNOOZE_MS_MAX = 30 * 86_400_000
+
+
+class SnoozeRequest(BaseException):
+    """Raised by `ctx.snooze`; the worker reschedules the job without spending an attempt.
+
+    A BaseException so a handler's broad `except Exception` cannot swallow it by accident.
+    """
+
+    def __init__(self, delay_ms: int) -> None:
+        self.delay_ms = delay_ms
+        super().__init__(f"snoozed for {delay_ms} ms")
+
+
+@dataclass(eq=False)
+class JobContext:
+    id: int
+    kind: str
+    queue: str
+    payload: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    priority: int
+    parent_id: int | None
+    lease_token: uuid.UUID
+    _pool: Pool
+    _on_progress: Callable[[JobContext, float], Awaitable[None]]
+    # Set when the job is cancelled while it runs (an admin `cancel`): the handler should stop.
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when a heartbeat finds the lease gone: whatever the handler commits now will be refused.
+    lease_lost: asyncio.Event = field(default_factory=asyncio.Event)
+    # The value stored as the job's result when the worker completes it (a handler's return value
+    # wins when it is not None).
+    result: Any = None
+    # True once the handler completed its own job in its transaction (the worker then does nothing).
+    completed_in_transaction: bool = False
+
+    async def progress(self, pct: float) -> None:
+        """Record progress (0-100) on the job and publish a `progress` event."""
+        if not 0 <= pct <= 100:
+            raise ValueError(f"progress must be within [0, 100], got {pct}")
+        found = await self._pool.fetchval(Q["job_progress_set"], self.id, self.lease_token, float(pct))
+        if found is None:
+            self.lease_lost.set()
+            raise LeaseLostError(self.id)
+        await self._on_progress(self, pct)
+
+    def snooze(self, delay_ms: int) -> NoReturn:
+        """Stop now and run again in `delay_ms`, without spending an attempt (a PSP poll does this)."""
+        if not 0 <= delay_ms <= SNOOZE_MS_MAX:
+            raise ValueError(f"snooze delay must be within [0, {SNOOZE_MS_MAX}] ms, got {delay_ms}")
+        raise SnoozeRequest(delay_ms)
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled.is_set():
+            raise JobCancelledError(f"job {self.id} was cancelled")
+
+    async def complete_in(self, conn: Conn, result: Any = None) -> None:
+        """Complete this job inside the caller's open transaction on `conn`, fenced by the lease.
+
+        Raises `LeaseLostError` when the job moved on; the caller's transaction must then roll back
+        (letting the error leave `async with conn.transaction()` does that).
+        """
+        assert conn.is_in_transaction(), "complete_in needs an open transaction on conn"
+        value = result if result is not None else self.result
+        done = await conn.fetchval(Q["job_complete_fenced"], self.id, self.lease_token, value)
+        if done is None:
+            self.lease_lost.set()
+            raise LeaseLostError(self.id)
+        self.result = value
+        self.completed_in_transaction = True
+
+    @asynccontextmanager
+    async def transaction(self, result: Any = None) -> AsyncIterator[Conn]:
+        """`async with ctx.transaction() as conn:` the handler's effects and the job's completion
+        commit together, and only while this claim still holds the lease; else `LeaseLostError`
+        and nothing of the block is committed.
+
+        The lease is checked on entry too, so a handler that stalled past its lease fails before
+        doing any work; the check at the end is the one that fences.
+        """
+        async with self._pool.acquire() as conn, conn.transaction():
+            held = await conn.fetchval(Q["job_lease_check"], self.id, self.lease_token)
+            if held is None:
+                self.lease_lost.set()
+                raise LeaseLostError(self.id)
+            yield conn
+            await self.complete_in(conn, result)
+
+    async def children_results(self) -> dict[int, Any]:
+        """A flow parent's children and their results, by child id."""
+        rows = await self._pool.fetch(Q["job_children_results"], self.id)
+        return {int(row["id"]): row["result"] for row in rows}

@@ -1,0 +1,47 @@
+"""Typed errors of the job engine: what a handler raises on purpose, and what enqueue refuses."""
+
+from __future__ import annotations
+
+
+class JobError(Exception):
+    """Base of the engine's own errors."""
+
+
+class PermanentError(JobError):
+    """Raised by a handler when retrying cannot help: the job goes straight to `dead`."""
+
+
+class LeaseLostError(JobError):
+    """The job's lease moved on (it was rescued and claimed again): this claim may not complete it."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} is no longer held by this claim; its effects were rolled back")
+
+
+class JobCancelledError(JobError):
+    """Raised by a handler (or `ctx.raise_if_cancelled()`) once its job was cancelled."""
+
+
+class EnqueueError(JobError):
+    """A job was refused at enqueue."""
+
+
+class QueueFullError(EnqueueError):
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        super().__init__(
+            f"queue {queue!r} is at its maximum depth; retry later or raise it with "
+            f"`paymanager jobs max-depth {queue} N`"
+        )
+
+
+class PayloadTooLargeError(EnqueueError):
+    def __init__(self, size_bytes: int, limit_bytes: int) -> None:
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
+        super().__init__(f"job payload is {size_bytes} bytes; the limit is {limit_bytes}")
+
+
+class InvalidJobError(EnqueueError):
+    """A job's fields break a rule (name pattern, priority range, conflicting options)."""

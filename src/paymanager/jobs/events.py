@@ -1,0 +1,190 @@
+"""Lifecycle events (completed, failed, retrying, dead, stalled, progress, cancelled, snoozed).
+
+Published with PostgreSQL NOTIFY on channel `pm_job_events` (and on Redis pub/sub channel
+`pm:job_events` when a Redis URL is given). A NOTIFY payload is limited to 8000 bytes, so events are
+sent in chunks of up to EVENTS_PER_MESSAGE; `subscribe` flattens them into single `JobEvent`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import orjson
+
+from paymanager.db.pool import Pool, connect
+from paymanager.jobs._queries import CHANNEL_EVENTS, Q
+from paymanager.logging import get_logger
+
+log = get_logger("paymanager.jobs.events")
+
+EVENT_NAMES = frozenset(
+    {"completed", "failed", "retrying", "dead", "stalled", "progress", "cancelled", "snoozed"}
+)
+REDIS_CHANNEL = "pm:job_events"
+# Each event is about 80 bytes of JSON; 60 keep a message well under NOTIFY's 8000-byte limit.
+EVENTS_PER_MESSAGE = 60
+ERROR_CHARS_MAX = 300
+SUBSCRIBER_BUFFER_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    event: str
+    id: int
+    kind: str
+    queue: str
+    attempt: int | None = None
+    progress: float | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"e": self.event, "id": self.id, "k": self.kind, "q": self.queue}
+        if self.attempt is not None:
+            data["a"] = self.attempt
+        if self.progress is not None:
+            data["p"] = self.progress
+        if self.error is not None:
+            data["err"] = self.error[:ERROR_CHARS_MAX]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobEvent:
+        return cls(
+            event=str(data["e"]),
+            id=int(data["id"]),
+            kind=str(data["k"]),
+            queue=str(data["q"]),
+            attempt=data.get("a"),
+            progress=data.get("p"),
+            error=data.get("err"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeadJob:
+    """What the on-dead hook receives: the job and its last error."""
+
+    id: int
+    kind: str
+    queue: str
+    error: dict[str, Any] | None
+
+
+DeadHook = Callable[[DeadJob], Awaitable[None]]
+
+
+class EventPublisher:
+    """Sends events after the state change they describe has committed."""
+
+    def __init__(self, pool: Pool, redis_url: str | None = None) -> None:
+        self._pool = pool
+        self._redis_url = redis_url
+        self._redis: Any = None
+
+    async def start(self) -> None:
+        if self._redis_url:
+            import redis.asyncio as aioredis
+
+            self._redis = aioredis.from_url(self._redis_url)
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            with contextlib.suppress(Exception):
+                await self._redis.aclose()
+            self._redis = None
+
+    async def publish(self, events: Sequence[JobEvent]) -> None:
+        """Best effort: an event lost to a broken connection must not fail the job it describes."""
+        for start in range(0, len(events), EVENTS_PER_MESSAGE):
+            message = orjson.dumps([e.to_json() for e in events[start : start + EVENTS_PER_MESSAGE]]).decode()
+            try:
+                await self._pool.execute(Q["job_events_publish"], CHANNEL_EVENTS, message)
+                if self._redis is not None:
+                    await self._redis.publish(REDIS_CHANNEL, message)
+            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+                log.warning("job events not published", error=str(exc), count=len(events))
+            except Exception as exc:  # a Redis error must not break the worker either
+                log.warning("job events not published to redis", error=repr(exc))
+
+
+def _decode(message: str | bytes) -> list[JobEvent]:
+    try:
+        return [JobEvent.from_json(item) for item in orjson.loads(message)]
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        log.warning("malformed job event message ignored")
+        return []
+
+
+class EventStream:
+    """Job events received by another process: `async with EventStream(dsn) as events:` then
+    `async for event in events` (PostgreSQL NOTIFY), or `EventStream(redis_url=...)` (Redis pub/sub).
+
+    Listening has begun when `__aenter__` returns. A subscriber that falls behind by
+    SUBSCRIBER_BUFFER_MAX events loses the oldest ones rather than growing without bound.
+    """
+
+    def __init__(self, dsn: str | None = None, *, redis_url: str | None = None) -> None:
+        if (dsn is None) == (redis_url is None):
+            raise ValueError("give exactly one of dsn and redis_url")
+        self._dsn = dsn
+        self._redis_url = redis_url
+        self._queue: asyncio.Queue[JobEvent] = asyncio.Queue(SUBSCRIBER_BUFFER_MAX)
+        self._conn: Any = None
+        self._redis: Any = None
+        self._reader: asyncio.Task[None] | None = None
+
+    def _push(self, message: str | bytes) -> None:
+        for event in _decode(message):
+            if self._queue.full():
+                self._queue.get_nowait()
+            self._queue.put_nowait(event)
+
+    async def __aenter__(self) -> EventStream:
+        if self._dsn is not None:
+            self._conn = await connect(self._dsn, application_name="paymanager:job-events")
+            await self._conn.add_listener(CHANNEL_EVENTS, lambda _c, _p, _ch, payload: self._push(payload))
+        else:
+            import redis.asyncio as aioredis
+
+            assert self._redis_url is not None
+            self._redis = aioredis.from_url(self._redis_url)
+            pubsub = self._redis.pubsub()
+            await pubsub.subscribe(REDIS_CHANNEL)
+            self._reader = asyncio.create_task(self._read_redis(pubsub))
+        return self
+
+    async def _read_redis(self, pubsub: Any) -> None:
+        try:
+            async for message in pubsub.listen():
+                if message.get("type") == "message":
+                    self._push(message["data"])
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+        if self._redis is not None:
+            with contextlib.suppress(Exception):
+                await self._redis.aclose()
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+
+    def __aiter__(self) -> AsyncIterator[JobEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[JobEvent]:
+        while True:
+            yield await self._queue.get()
+
+    async def next(self, timeout_s: float) -> JobEvent:
+        return await asyncio.wait_for(self._queue.get(), timeout_s)

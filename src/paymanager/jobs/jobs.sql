@@ -1,0 +1,351 @@
+-- Every runtime statement of the job engine, called by name (paymanager.db.sql.load_queries).
+-- `now` is a parameter where a test must control time (maintenance); elsewhere the server's clock.
+
+-- name: job_insert
+-- Inserts one job unless its queue is full or an unfinished job holds its unique key.
+-- $1 queue, $2 kind, $3 payload, $4 priority, $5 run_at (NULL: now), $6 delay_ms, $7 max_attempts,
+-- $8 backoff, $9 unique_key, $10 timeout_ms, $11 parent_id, $12 state override (NULL: by run_at),
+-- $13 pending_children, $14 on_child_dead
+WITH target AS (
+    SELECT coalesce($5::timestamptz, now()) + make_interval(secs => coalesce($6::bigint, 0) / 1000.0) AS run_at
+), full_queue AS (
+    SELECT 1 FROM job_queue q
+     WHERE q.name = $1 AND q.max_depth IS NOT NULL
+       AND (SELECT count(*) FROM (
+                SELECT 1 FROM job j
+                 WHERE j.queue = $1
+                   AND j.state IN ('available', 'scheduled', 'retryable', 'running', 'waiting_children')
+                 LIMIT q.max_depth) AS d) >= q.max_depth
+)
+INSERT INTO job (queue, kind, payload, priority, run_at, max_attempts, backoff, unique_key, timeout_ms,
+                 parent_id, state, pending_children, on_child_dead)
+SELECT $1, $2, $3, $4, target.run_at, $7, $8, $9, $10, $11,
+       coalesce($12::job_state,
+                CASE WHEN target.run_at > now() THEN 'scheduled'::job_state ELSE 'available'::job_state END),
+       $13, $14
+  FROM target
+ WHERE NOT EXISTS (SELECT 1 FROM full_queue)
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'dead', 'cancelled')
+DO NOTHING
+RETURNING id
+
+-- name: job_find_unfinished_by_key
+SELECT id FROM job
+ WHERE unique_key = $1 AND state NOT IN ('completed', 'dead', 'cancelled')
+
+-- name: job_queue_is_full
+SELECT EXISTS (
+    SELECT 1 FROM job_queue q
+     WHERE q.name = $1 AND q.max_depth IS NOT NULL
+       AND (SELECT count(*) FROM (
+                SELECT 1 FROM job j
+                 WHERE j.queue = $1
+                   AND j.state IN ('available', 'scheduled', 'retryable', 'running', 'waiting_children')
+                 LIMIT q.max_depth) AS d) >= q.max_depth)
+
+-- name: job_insert_many
+-- Inserts many jobs in one statement (no unique keys, no parents: those go through job_insert).
+INSERT INTO job (queue, kind, payload, priority, run_at, max_attempts, backoff, timeout_ms, state)
+SELECT r.queue, r.kind, r.payload, r.priority, coalesce(r.run_at, now()), r.max_attempts, r.backoff,
+       r.timeout_ms,
+       CASE WHEN r.run_at > now() THEN 'scheduled'::job_state ELSE 'available'::job_state END
+  FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::integer[], $5::timestamptz[], $6::integer[],
+              $7::jsonb[], $8::integer[])
+       AS r(queue, kind, payload, priority, run_at, max_attempts, backoff, timeout_ms)
+RETURNING id
+
+-- name: job_claim_batch
+-- Claims, for each queue $1[i], up to $2[i] available jobs (paused queues excluded), in ONE statement;
+-- each claimed job gets owner $3, a fresh lease token and a lease of $4 ms.
+WITH wanted AS (
+    SELECT w.queue, w.wanted
+      FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
+     WHERE w.wanted > 0
+       AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = w.queue AND q.paused)
+), locked AS (
+    SELECT picked.id
+      FROM wanted
+     CROSS JOIN LATERAL (
+        SELECT j.id FROM job j
+         WHERE j.state = 'available' AND j.queue = wanted.queue
+         ORDER BY j.priority, j.run_at, j.id
+         LIMIT wanted.wanted
+           FOR UPDATE SKIP LOCKED) AS picked
+)
+UPDATE job
+   SET state = 'running',
+       attempt = job.attempt + 1,
+       attempted_at = now(),
+       lease_owner = $3,
+       lease_token = gen_random_uuid(),
+       lease_expires_at = now() + make_interval(secs => $4::bigint / 1000.0)
+  FROM locked
+ WHERE job.id = locked.id
+RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.attempt, job.max_attempts,
+          job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
+          job.stalled_count
+
+-- name: job_promote_due
+-- Makes scheduled and retryable jobs whose time has come available (bounded), waking their queues.
+WITH due AS (
+    SELECT id FROM job
+     WHERE state IN ('scheduled', 'retryable') AND run_at <= coalesce($1::timestamptz, now())
+     ORDER BY run_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE job SET state = 'available' FROM due WHERE job.id = due.id RETURNING job.queue
+)
+SELECT q.queue, count(*) AS n, pg_notify('pm_job_available', q.queue)
+  FROM promoted AS q GROUP BY q.queue
+
+-- name: job_complete_many
+-- Completes jobs still held under the given lease tokens; returns those completed.
+UPDATE job
+   SET state = 'completed', finalized_at = now(), result = r.result,
+       lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+  FROM unnest($1::bigint[], $2::uuid[], $3::jsonb[]) AS r(id, token, result)
+ WHERE job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
+RETURNING job.id, job.queue, job.kind
+
+-- name: job_complete_fenced
+-- The fenced completion, run inside the handler's own transaction: no row means the lease is lost.
+UPDATE job
+   SET state = 'completed', finalized_at = now(), result = $3,
+       lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+ WHERE id = $1 AND lease_token = $2 AND state = 'running'
+RETURNING id
+
+-- name: job_lease_check
+-- Fails a fenced transaction early when the lease is gone already. It takes no lock (a lock would
+-- block heartbeats); the fenced UPDATE at the end of the block is what guarantees the fencing.
+SELECT id FROM job WHERE id = $1 AND lease_token = $2 AND state = 'running'
+
+-- name: job_fail_many
+-- Records failed (or snoozed) attempts: each job goes to the state the worker decided (retryable,
+-- dead, cancelled, scheduled or available), to run again $4[i] ms from now, keeping the error
+-- history (the last 20) and the last error. $6[i] says whether the attempt counts (a snooze does not).
+UPDATE job
+   SET state = r.state,
+       run_at = CASE WHEN r.delay_ms IS NULL THEN job.run_at
+                     ELSE now() + make_interval(secs => r.delay_ms / 1000.0) END,
+       attempt = CASE WHEN r.spent THEN job.attempt ELSE greatest(job.attempt - 1, 0) END,
+       last_error = coalesce(r.error, job.last_error),
+       errors = CASE WHEN r.error IS NULL THEN job.errors
+                     WHEN jsonb_array_length(job.errors) >= 20 THEN (job.errors - 0) || jsonb_build_array(r.error)
+                     ELSE job.errors || jsonb_build_array(r.error) END,
+       finalized_at = CASE WHEN r.state IN ('dead', 'cancelled') THEN now() END,
+       lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+  FROM unnest($1::bigint[], $2::uuid[], $3::job_state[], $4::bigint[], $5::jsonb[], $6::boolean[])
+       AS r(id, token, state, delay_ms, error, spent)
+ WHERE job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
+RETURNING job.id, job.queue, job.kind, job.state, job.attempt
+
+-- name: job_heartbeat_many
+-- Extends the leases still held; returns them with the cancel flag (a job missing lost its lease).
+UPDATE job
+   SET lease_expires_at = now() + make_interval(secs => $3::bigint / 1000.0)
+  FROM unnest($1::bigint[], $2::uuid[]) AS r(id, token)
+ WHERE job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
+RETURNING job.id, job.cancel_requested
+
+-- name: job_release_many
+-- Gives jobs back at shutdown: available at once, the attempt not spent.
+WITH released AS (
+    UPDATE job
+       SET state = 'available', run_at = now(), attempt = greatest(job.attempt - 1, 0),
+           lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+      FROM unnest($1::bigint[], $2::uuid[]) AS r(id, token)
+     WHERE job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
+    RETURNING job.id, job.queue
+)
+SELECT r.id, r.queue, pg_notify('pm_job_available', r.queue) FROM released AS r
+
+-- name: job_progress_set
+UPDATE job SET progress = $3
+ WHERE id = $1 AND lease_token = $2 AND state = 'running'
+RETURNING id
+
+-- name: job_rescue_expired
+-- Returns jobs whose lease expired before $1 to available (the attempt not spent), or makes them
+-- dead once they were rescued $2 times already; at most $3 per call.
+WITH expired AS (
+    SELECT id FROM job
+     WHERE state = 'running' AND lease_expires_at < coalesce($1::timestamptz, now())
+     ORDER BY lease_expires_at
+     LIMIT $3
+       FOR UPDATE SKIP LOCKED
+), rescued AS (
+    UPDATE job
+       SET state = CASE WHEN job.stalled_count >= $2 THEN 'dead'::job_state ELSE 'available'::job_state END,
+           stalled_count = job.stalled_count + 1,
+           attempt = greatest(job.attempt - 1, 0),
+           run_at = now(),
+           finalized_at = CASE WHEN job.stalled_count >= $2 THEN now() END,
+           last_error = jsonb_build_object(
+               'error', 'lease of ' || job.lease_owner || ' expired', 'type', 'Stalled',
+               'attempt', job.attempt, 'at', now()),
+           errors = (CASE WHEN jsonb_array_length(job.errors) >= 20 THEN job.errors - 0 ELSE job.errors END)
+                    || jsonb_build_array(jsonb_build_object(
+                        'error', 'lease of ' || job.lease_owner || ' expired', 'type', 'Stalled',
+                        'attempt', job.attempt, 'at', now())),
+           lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+      FROM expired
+     WHERE job.id = expired.id
+    RETURNING job.id, job.queue, job.kind, job.state, job.attempt, job.last_error
+)
+SELECT r.id, r.queue, r.kind, r.state, r.attempt, r.last_error,
+       CASE WHEN r.state = 'available' THEN pg_notify('pm_job_available', r.queue) END AS notified
+  FROM rescued AS r
+
+-- name: job_finished_queues
+-- The queues that hold finished jobs, by a skip scan over job_finalized_idx.
+WITH RECURSIVE queues AS (
+    (SELECT queue FROM job WHERE state IN ('completed', 'dead', 'cancelled') ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM job j
+             WHERE j.state IN ('completed', 'dead', 'cancelled') AND j.queue > queues.queue
+             ORDER BY j.queue LIMIT 1)
+      FROM queues WHERE queues.queue IS NOT NULL
+)
+SELECT queue FROM queues WHERE queue IS NOT NULL
+
+-- name: job_prune_older
+-- Deletes up to $4 jobs of queue $1 in states $2 finished before $3.
+WITH doomed AS (
+    SELECT id FROM job
+     WHERE queue = $1 AND state = ANY($2::job_state[]) AND finalized_at < $3
+       AND state IN ('completed', 'dead', 'cancelled')
+     LIMIT $4
+       FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM job USING doomed WHERE job.id = doomed.id RETURNING 1
+)
+SELECT count(*) FROM deleted
+
+-- name: job_prune_beyond_count
+-- Deletes up to $4 jobs of queue $1 in states $2 beyond the newest $3.
+WITH doomed AS (
+    SELECT id FROM job
+     WHERE queue = $1 AND state = ANY($2::job_state[]) AND state IN ('completed', 'dead', 'cancelled')
+     ORDER BY finalized_at DESC
+    OFFSET $3
+     LIMIT $4
+), deleted AS (
+    DELETE FROM job USING doomed WHERE job.id = doomed.id RETURNING 1
+)
+SELECT count(*) FROM deleted
+
+-- name: job_get
+SELECT * FROM job WHERE id = $1
+
+-- name: job_children_results
+SELECT id, kind, state, result FROM job WHERE parent_id = $1 ORDER BY id
+
+-- name: job_list
+-- Lists jobs, newest first, filtered by the non-NULL arguments; keyset pagination by id.
+SELECT id, queue, kind, state, priority, attempt, max_attempts, run_at, created_at, finalized_at,
+       last_error, progress, unique_key, parent_id
+  FROM job
+ WHERE ($1::job_state IS NULL OR state = $1)
+   AND ($2::text IS NULL OR queue = $2)
+   AND ($3::text IS NULL OR kind = $3)
+   AND ($4::bigint IS NULL OR id < $4)
+ ORDER BY id DESC
+ LIMIT $5
+
+-- name: job_retry
+-- Makes one job available now: a dead, cancelled, retryable or scheduled one. A dead or cancelled
+-- job starts over with fresh attempts; its error history is kept.
+UPDATE job
+   SET state = 'available', run_at = now(), finalized_at = NULL, cancel_requested = false,
+       attempt = CASE WHEN state IN ('dead', 'cancelled') THEN 0 ELSE attempt END,
+       stalled_count = CASE WHEN state IN ('dead', 'cancelled') THEN 0 ELSE stalled_count END
+ WHERE id = $1 AND state IN ('dead', 'cancelled', 'retryable', 'scheduled')
+RETURNING id, queue, pg_notify('pm_job_available', queue)
+
+-- name: job_replay_dead
+-- Replays up to $6 dead jobs matching every non-NULL filter: kind, queue, an error substring, a
+-- window on finalized_at.
+WITH chosen AS (
+    SELECT id FROM job
+     WHERE state = 'dead'
+       AND ($1::text IS NULL OR kind = $1)
+       AND ($2::text IS NULL OR queue = $2)
+       AND ($3::text IS NULL OR strpos(coalesce(last_error ->> 'error', ''), $3) > 0)
+       AND ($4::timestamptz IS NULL OR finalized_at >= $4)
+       AND ($5::timestamptz IS NULL OR finalized_at < $5)
+     ORDER BY id
+     LIMIT $6
+       FOR UPDATE SKIP LOCKED
+), replayed AS (
+    UPDATE job
+       SET state = 'available', run_at = now(), finalized_at = NULL, attempt = 0, stalled_count = 0,
+           cancel_requested = false
+      FROM chosen WHERE job.id = chosen.id
+    RETURNING job.id, job.queue
+)
+SELECT r.id, r.queue, pg_notify('pm_job_available', r.queue) FROM replayed AS r
+
+-- name: job_cancel
+-- Cancels a job that has not started; a running job is asked to stop (its handler sees it).
+WITH target AS (
+    SELECT id, state FROM job WHERE id = $1 FOR UPDATE
+), cancelled AS (
+    UPDATE job
+       SET state = CASE WHEN target.state = 'running' THEN job.state ELSE 'cancelled'::job_state END,
+           finalized_at = CASE WHEN target.state = 'running' THEN NULL ELSE now() END,
+           cancel_requested = true
+      FROM target
+     WHERE job.id = target.id
+       AND target.state IN ('scheduled', 'available', 'retryable', 'waiting_children', 'running')
+    RETURNING job.id, job.state
+)
+SELECT c.id, c.state, pg_notify('pm_job_cancel', c.id::text) FROM cancelled AS c
+
+-- name: job_queue_set_paused
+INSERT INTO job_queue (name, paused) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+RETURNING name, pg_notify('pm_job_available', name)
+
+-- name: job_queue_set_max_depth
+INSERT INTO job_queue (name, max_depth) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET max_depth = EXCLUDED.max_depth, updated_at = now()
+
+-- name: job_queue_list
+SELECT name, paused, max_depth FROM job_queue ORDER BY name
+
+-- name: job_stats
+SELECT queue, state, count(*) AS n FROM job GROUP BY queue, state ORDER BY queue, state
+
+-- name: job_periodic_claim_slot
+-- Records that schedule $1's slot $2 is enqueued; no row means another process did it already.
+INSERT INTO job_periodic (name, last_slot) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET last_slot = EXCLUDED.last_slot, updated_at = now()
+ WHERE job_periodic.last_slot < EXCLUDED.last_slot
+RETURNING name
+
+-- name: job_periodic_last_slot
+SELECT last_slot FROM job_periodic WHERE name = $1
+
+-- name: job_state_enum
+SELECT unnest(enum_range(NULL::job_state))::text AS state
+
+-- name: job_events_publish
+SELECT pg_notify($1, $2)
+
+-- name: job_listener_ping
+SELECT 1
+
+-- name: job_periodic_init
+-- The first sight of a schedule records its current slot without enqueuing (the first run is at the
+-- next slot); no row means the schedule is known already.
+INSERT INTO job_periodic (name, last_slot) VALUES ($1, $2)
+ON CONFLICT (name) DO NOTHING
+RETURNING name
+
+-- name: job_leader_try_lock
+SELECT pg_try_advisory_lock($1)
+
+-- name: job_leader_unlock
+SELECT pg_advisory_unlock($1)

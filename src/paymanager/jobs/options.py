@@ -1,0 +1,151 @@
+"""Settings of the worker and the maintenance service: frozen, bounded, validated on construction.
+
+The runtime builds them from config.py; the library has no defaults of its own elsewhere. Every
+bound is a named constant (River's way) so a message can say what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from paymanager.jobs.backoff import DEFAULT_BACKOFF, Exponential, Fixed, Schedule
+
+LEASE_MS_MIN = 200
+LEASE_MS_MAX = 3_600_000
+CLAIM_BATCH_MAX = 1_000
+CONCURRENCY_MAX = 10_000
+ATTEMPTS_MAX = 1_000
+PAYLOAD_BYTES_MAX = 16 * 1024 * 1024
+RESCUE_BATCH_MAX = 10_000
+PRUNE_BATCH_MAX = 100_000
+
+
+def _within(name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be within [{low}, {high}], got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How a worker claims, leases, heartbeats and completes jobs."""
+
+    # Identity in leases (`lease_owner`); the runtime passes its process id.
+    owner: str = "worker"
+    lease_ms: int = 30_000
+    heartbeat_interval_ms: int = 10_000
+    # Polling fallback: LISTEN/NOTIFY wakes the worker sooner; this covers lost notifications.
+    poll_interval_ms: int = 1_000
+    # Most jobs claimed by one statement (over all queues).
+    claim_batch_max: int = 500
+    # Most completions written by one statement; more wait for the next flush.
+    complete_batch_max: int = 1_000
+    default_max_attempts: int = 25
+    default_backoff: Schedule | Exponential | Fixed = DEFAULT_BACKOFF
+    # A handler running longer than this (unless its kind or job says otherwise) fails with a timeout.
+    default_timeout_ms: int = 3_600_000
+    # Threads for synchronous handlers.
+    sync_threads: int = 8
+    # How often the LISTEN connection is checked (a half-open TCP connection says nothing).
+    listener_check_interval_ms: int = 5_000
+    # Due scheduled/retryable jobs promoted per poll, at most.
+    promote_batch_max: int = 1_000
+    redis_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.owner or len(self.owner) > 200:
+            raise ValueError("owner must be 1 to 200 characters")
+        _within("lease_ms", self.lease_ms, LEASE_MS_MIN, LEASE_MS_MAX)
+        _within("heartbeat_interval_ms", self.heartbeat_interval_ms, 50, LEASE_MS_MAX)
+        if self.heartbeat_interval_ms * 2 > self.lease_ms:
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be at most half of lease_ms "
+                f"({self.lease_ms}), or one late heartbeat loses the lease"
+            )
+        _within("poll_interval_ms", self.poll_interval_ms, 10, 3_600_000)
+        _within("claim_batch_max", self.claim_batch_max, 1, CLAIM_BATCH_MAX)
+        _within("complete_batch_max", self.complete_batch_max, 1, 10_000)
+        _within("default_max_attempts", self.default_max_attempts, 1, ATTEMPTS_MAX)
+        _within("default_timeout_ms", self.default_timeout_ms, 1, 86_400_000)
+        _within("sync_threads", self.sync_threads, 1, 256)
+        _within("listener_check_interval_ms", self.listener_check_interval_ms, 50, 600_000)
+        _within("promote_batch_max", self.promote_batch_max, 1, 100_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long finished jobs of a queue stay (BullMQ's removeOnComplete / removeOnFail).
+
+    Ages are in ms; counts are the most kept per queue; None means no limit of that kind.
+    Cancelled jobs follow the dead jobs' rules.
+    """
+
+    completed_age_ms: int | None = 24 * 3_600_000
+    completed_count: int | None = 5_000
+    dead_age_ms: int | None = 7 * 24 * 3_600_000
+    dead_count: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("completed_age_ms", "completed_count", "dead_age_ms", "dead_count"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"retention {name} must be >= 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicJob:
+    """A job enqueued once per slot cluster-wide: every `interval_ms`, or on a cron expression."""
+
+    name: str
+    kind: str
+    queue: str = "default"
+    payload: dict[str, object] = field(default_factory=dict)
+    interval_ms: int | None = None
+    cron: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.interval_ms is None) == (self.cron is None):
+            raise ValueError(f"periodic job {self.name!r} needs exactly one of interval_ms and cron")
+        if self.interval_ms is not None:
+            _within("interval_ms", self.interval_ms, 1_000, 366 * 86_400_000)
+        if self.cron is not None:
+            from croniter import croniter
+
+            if not croniter.is_valid(self.cron):
+                raise ValueError(f"periodic job {self.name!r}: invalid cron expression {self.cron!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceOptions:
+    """The leader's duties: rescuing expired leases, pruning, promoting due jobs, periodic jobs."""
+
+    rescue_interval_ms: int = 5_000
+    rescue_batch_max: int = 1_000
+    # A job whose lease expired this many times already is dead at the next expiry.
+    max_stalled: int = 2
+    prune_interval_ms: int = 60_000
+    prune_batch_max: int = 10_000
+    retention: Retention = field(default_factory=Retention)
+    retention_by_queue: dict[str, Retention] = field(default_factory=dict)
+    periodic: tuple[PeriodicJob, ...] = ()
+    periodic_interval_ms: int = 1_000
+    promote_interval_ms: int = 1_000
+    promote_batch_max: int = 10_000
+    # How often a follower tries to become the leader.
+    election_interval_ms: int = 2_000
+
+    def __post_init__(self) -> None:
+        _within("rescue_interval_ms", self.rescue_interval_ms, 10, 3_600_000)
+        _within("rescue_batch_max", self.rescue_batch_max, 1, RESCUE_BATCH_MAX)
+        _within("max_stalled", self.max_stalled, 0, 100)
+        _within("prune_interval_ms", self.prune_interval_ms, 10, 86_400_000)
+        _within("prune_batch_max", self.prune_batch_max, 1, PRUNE_BATCH_MAX)
+        _within("periodic_interval_ms", self.periodic_interval_ms, 10, 3_600_000)
+        _within("promote_interval_ms", self.promote_interval_ms, 10, 3_600_000)
+        _within("promote_batch_max", self.promote_batch_max, 1, 100_000)
+        _within("election_interval_ms", self.election_interval_ms, 10, 600_000)
+        names = [p.name for p in self.periodic]
+        if len(names) != len(set(names)):
+            raise ValueError(f"periodic job names must be unique: {names}")
+
+    def retention_for(self, queue: str) -> Retention:
+        return self.retention_by_queue.get(queue, self.retention)

@@ -1,0 +1,46 @@
+"""Periodic jobs: each schedule's slot (every N ms, or a cron expression) enqueued once cluster-wide.
+
+The slot is recorded in `job_periodic` in the same transaction as the job, with a conditional
+upsert: of several processes seeing the same slot, one writes it and enqueues; the others find the
+slot taken. The first sight of a schedule records its slot without enqueuing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from croniter import croniter
+
+from paymanager.db.pool import Pool
+from paymanager.jobs._queries import Q
+from paymanager.jobs.enqueue import enqueue
+from paymanager.jobs.options import PeriodicJob
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def current_slot(job: PeriodicJob, now: datetime) -> datetime:
+    """The latest slot at or before `now`."""
+    if job.interval_ms is not None:
+        elapsed_ms = (now - _EPOCH) // timedelta(milliseconds=1)
+        return _EPOCH + timedelta(milliseconds=elapsed_ms - elapsed_ms % job.interval_ms)
+    assert job.cron is not None
+    # croniter's get_prev is strictly before its start; start just after `now` to include `now`.
+    slot: datetime = croniter(job.cron, now + timedelta(microseconds=1)).get_prev(datetime)
+    return slot
+
+
+async def enqueue_due(pool: Pool, jobs: tuple[PeriodicJob, ...], now: datetime) -> list[int]:
+    """Enqueue every schedule whose current slot is newer than its last; returns the new job ids."""
+    created: list[int] = []
+    for job in jobs:
+        slot = current_slot(job, now)
+        async with pool.acquire() as conn, conn.transaction():
+            if await conn.fetchval(Q["job_periodic_init"], job.name, slot) is not None:
+                continue
+            if await conn.fetchval(Q["job_periodic_claim_slot"], job.name, slot) is None:
+                continue
+            payload = {**job.payload, "slot": slot.isoformat()}
+            result = await enqueue(conn, job.kind, payload, queue=job.queue)
+            created.append(result.id)
+    return created

@@ -1,0 +1,201 @@
+-- Statements of the PostgreSQL ledger (tables in db/versions/0200_ledger.sql).
+-- Columns of accounts and transfers are always selected in the order of the Account and Transfer
+-- dataclasses, so rows decode positionally.
+
+-- name: account_select_many
+-- Accounts by id, without locking (lookups).
+SELECT id, debits_pending, debits_posted, credits_pending, credits_posted, user_data_128, user_data_64,
+       user_data_32, ledger, code, flags, timestamp
+  FROM ledger_account
+ WHERE id = ANY($1::uuid[]);
+
+-- name: account_lock_many
+-- Locks the accounts a batch touches, in id order so that concurrent batches cannot deadlock.
+SELECT id, debits_pending, debits_posted, credits_pending, credits_posted, user_data_128, user_data_64,
+       user_data_32, ledger, code, flags, timestamp
+  FROM ledger_account
+ WHERE id = ANY($1::uuid[])
+ ORDER BY id
+   FOR UPDATE;
+
+-- name: account_insert_many
+INSERT INTO ledger_account (id, user_data_128, user_data_64, user_data_32, ledger, code, flags, timestamp)
+SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::bigint[], $5::bigint[], $6::int[],
+                     $7::int[], $8::bigint[]);
+
+-- name: account_list
+-- Accounts in id order after $1 (keyset pagination), at most $2; $3 filters by ledger when not 0.
+SELECT id, debits_pending, debits_posted, credits_pending, credits_posted, user_data_128, user_data_64,
+       user_data_32, ledger, code, flags, timestamp
+  FROM ledger_account
+ WHERE id > $1::uuid AND ($3::bigint = 0 OR ledger = $3)
+ ORDER BY id
+ LIMIT $2;
+
+-- name: transfer_pending_accounts
+-- The accounts of the pending transfers that posts and voids of a batch reference, read before
+-- locking so that those accounts are locked too.
+SELECT debit_account_id, credit_account_id
+  FROM ledger_transfer
+ WHERE id = ANY($1::uuid[]);
+
+-- name: transfer_state_many
+-- Transfers with these ids (the batch's own ids and the pending ids it references) with their
+-- pending state, then the ids that already failed ('F' rows). Runs after the accounts are locked:
+-- every change of a pending state happens under its accounts' locks, so what it reads stays true
+-- until the batch commits.
+SELECT 'T' AS kind, t.id, t.debit_account_id, t.credit_account_id, t.amount, t.pending_id, t.user_data_128,
+       t.user_data_64, t.user_data_32, t.timeout, t.ledger, t.code, t.flags, t.timestamp,
+       p.state, p.expires_at
+  FROM ledger_transfer AS t
+  LEFT JOIN ledger_pending AS p ON p.id = t.id
+ WHERE t.id = ANY($1::uuid[])
+UNION ALL
+SELECT 'F', f.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, f.result, NULL
+  FROM ledger_transfer_failed AS f
+ WHERE f.id = ANY($1::uuid[]);
+
+-- name: transfer_select_many
+SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
+       user_data_32, timeout, ledger, code, flags, timestamp
+  FROM ledger_transfer
+ WHERE id = ANY($1::uuid[]);
+
+-- name: batch_write
+-- Everything a batch changes, in one statement: new transfers, new balances of the touched
+-- accounts (one row each), new or resolved pending states, and ids burned by transient failures.
+WITH new_transfer AS (
+    INSERT INTO ledger_transfer (id, debit_account_id, credit_account_id, amount, pending_id, user_data_128,
+                                 user_data_64, user_data_32, timeout, ledger, code, flags, timestamp)
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bigint[], $5::uuid[], $6::uuid[],
+                         $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::int[], $12::int[],
+                         $13::bigint[])
+), new_balance AS (
+    UPDATE ledger_account AS a
+       SET debits_pending = b.debits_pending, debits_posted = b.debits_posted,
+           credits_pending = b.credits_pending, credits_posted = b.credits_posted
+      FROM unnest($14::uuid[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[])
+           AS b (id, debits_pending, debits_posted, credits_pending, credits_posted)
+     WHERE a.id = b.id
+), pending_state AS (
+    INSERT INTO ledger_pending AS p (id, debit_account_id, credit_account_id, amount, state, expires_at)
+    SELECT * FROM unnest($19::uuid[], $20::uuid[], $21::uuid[], $22::bigint[], $23::text[], $24::bigint[])
+        ON CONFLICT (id) DO UPDATE SET state = excluded.state
+), failed AS (
+    INSERT INTO ledger_transfer_failed (id, result, timestamp)
+    SELECT * FROM unnest($25::uuid[], $26::text[], $27::bigint[])
+        ON CONFLICT (id) DO NOTHING
+)
+SELECT 1;
+
+-- name: pending_expired_candidates
+-- Pending transfers whose timeout passed at $1 (nanoseconds), oldest first, at most $2.
+SELECT id, debit_account_id, credit_account_id
+  FROM ledger_pending
+ WHERE state = 'pending' AND expires_at <= $1
+ ORDER BY expires_at
+ LIMIT $2;
+
+-- name: account_transfers_page
+-- Transfers of account $1 with $2 <= timestamp <= $3, code $4 (0: any), oldest first, at most $5.
+-- Two index range scans (debit side, credit side) merged, so a busy account costs only its page.
+SELECT * FROM (
+    (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
+            user_data_32, timeout, ledger, code, flags, timestamp
+       FROM ledger_transfer
+      WHERE debit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = $4)
+      ORDER BY timestamp LIMIT $5)
+    UNION ALL
+    (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
+            user_data_32, timeout, ledger, code, flags, timestamp
+       FROM ledger_transfer
+      WHERE credit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = $4)
+      ORDER BY timestamp LIMIT $5)
+) AS page
+ORDER BY timestamp
+LIMIT $5;
+
+-- name: account_transfers_page_reversed
+-- As account_transfers_page, newest first.
+SELECT * FROM (
+    (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
+            user_data_32, timeout, ledger, code, flags, timestamp
+       FROM ledger_transfer
+      WHERE debit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = $4)
+      ORDER BY timestamp DESC LIMIT $5)
+    UNION ALL
+    (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
+            user_data_32, timeout, ledger, code, flags, timestamp
+       FROM ledger_transfer
+      WHERE credit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = $4)
+      ORDER BY timestamp DESC LIMIT $5)
+) AS page
+ORDER BY timestamp DESC
+LIMIT $5;
+
+-- name: ledger_verify_totals
+-- Sums over all accounts, as numeric so that they cannot overflow.
+SELECT count(*) AS accounts,
+       coalesce(sum(debits_pending::numeric), 0) AS debits_pending,
+       coalesce(sum(debits_posted::numeric), 0) AS debits_posted,
+       coalesce(sum(credits_pending::numeric), 0) AS credits_pending,
+       coalesce(sum(credits_posted::numeric), 0) AS credits_posted,
+       (SELECT count(*) FROM ledger_transfer) AS transfers
+  FROM ledger_account;
+
+-- name: ledger_verify_account_sums
+-- Accounts whose stored balances differ from the sums of their transfers (at most $1). A transfer
+-- adds its amount to posted balances unless it is pending (2) or a void (8); a pending transfer adds
+-- it to pending balances while its state is 'pending'.
+WITH leg AS (
+    SELECT t.debit_account_id AS account_id,
+           CASE WHEN t.flags & 2 <> 0 AND p.state = 'pending' THEN t.amount ELSE 0 END AS debits_pending,
+           CASE WHEN t.flags & 10 = 0 THEN t.amount ELSE 0 END AS debits_posted,
+           0 AS credits_pending, 0 AS credits_posted
+      FROM ledger_transfer AS t LEFT JOIN ledger_pending AS p ON p.id = t.id
+    UNION ALL
+    SELECT t.credit_account_id, 0, 0,
+           CASE WHEN t.flags & 2 <> 0 AND p.state = 'pending' THEN t.amount ELSE 0 END,
+           CASE WHEN t.flags & 10 = 0 THEN t.amount ELSE 0 END
+      FROM ledger_transfer AS t LEFT JOIN ledger_pending AS p ON p.id = t.id
+), total AS (
+    SELECT account_id, sum(debits_pending) AS debits_pending, sum(debits_posted) AS debits_posted,
+           sum(credits_pending) AS credits_pending, sum(credits_posted) AS credits_posted
+      FROM leg GROUP BY account_id
+)
+SELECT a.id, a.debits_pending, a.debits_posted, a.credits_pending, a.credits_posted,
+       coalesce(t.debits_pending, 0) AS sum_debits_pending, coalesce(t.debits_posted, 0) AS sum_debits_posted,
+       coalesce(t.credits_pending, 0) AS sum_credits_pending,
+       coalesce(t.credits_posted, 0) AS sum_credits_posted
+  FROM ledger_account AS a
+  LEFT JOIN total AS t ON t.account_id = a.id
+ WHERE a.debits_pending <> coalesce(t.debits_pending, 0) OR a.debits_posted <> coalesce(t.debits_posted, 0)
+    OR a.credits_pending <> coalesce(t.credits_pending, 0)
+    OR a.credits_posted <> coalesce(t.credits_posted, 0)
+ ORDER BY a.id
+ LIMIT $1;
+
+-- name: ledger_verify_flags
+-- Accounts whose balances break their flags' limits (at most $1); the CHECK constraints forbid it,
+-- so any row here means the schema itself was changed.
+SELECT id, flags, debits_pending, debits_posted, credits_pending, credits_posted
+  FROM ledger_account
+ WHERE (flags & 2 <> 0 AND debits_pending + debits_posted > credits_posted)
+    OR (flags & 4 <> 0 AND credits_pending + credits_posted > debits_posted)
+    OR flags & 6 = 6
+ ORDER BY id
+ LIMIT $1;
+
+-- name: ledger_verify_pending
+-- Pending transfers without a state row, or state rows that disagree with their transfer (at most $1).
+SELECT t.id
+  FROM ledger_transfer AS t
+  LEFT JOIN ledger_pending AS p ON p.id = t.id
+ WHERE t.flags & 2 <> 0
+   AND (p.id IS NULL OR p.amount <> t.amount OR p.debit_account_id <> t.debit_account_id
+        OR p.credit_account_id <> t.credit_account_id)
+ ORDER BY t.id
+ LIMIT $1;
+
+-- name: ledger_ping
+SELECT 1;

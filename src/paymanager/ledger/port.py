@@ -1,0 +1,73 @@
+"""The `Ledger` port: what the rest of paymanager may ask of a ledger, whatever its backend."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from paymanager.ledger.types import (
+    Account,
+    AccountEventResult,
+    Balance,
+    Normal,
+    Transfer,
+    TransferEventResult,
+)
+
+HISTORY_LIMIT_MAX = 8189
+"""At most this many transfers per history page (TigerBeetle's query limit)."""
+
+
+class Ledger(Protocol):
+    """A two-phase double-entry ledger with TigerBeetle's semantics.
+
+    `create_accounts` and `create_transfers` apply a batch atomically (events in order, linked
+    chains whole) and return one result per event, successes included: TigerBeetle 0.17's dense
+    shape, each result carrying a timestamp and a `CreateAccountResult`/`CreateTransferResult`.
+    Expected failures are results; exceptions mean the ledger could not be asked.
+    """
+
+    async def create_accounts(self, accounts: Sequence[Account]) -> list[AccountEventResult]: ...
+
+    async def create_transfers(self, transfers: Sequence[Transfer]) -> list[TransferEventResult]: ...
+
+    async def lookup_accounts(self, ids: Sequence[int]) -> list[Account]:
+        """The accounts that exist among `ids`, in the order asked (missing ones left out)."""
+        ...
+
+    async def lookup_transfers(self, ids: Sequence[int]) -> list[Transfer]: ...
+
+    async def get_account_transfers(
+        self,
+        account_id: int,
+        *,
+        timestamp_min: int = 0,
+        timestamp_max: int = 0,
+        code: int = 0,
+        limit: int = 100,
+        reversed: bool = False,
+    ) -> list[Transfer]:
+        """Transfers debiting or crediting the account, by timestamp (inclusive bounds; 0 = open).
+
+        Timestamps are unique: the next page starts at `timestamp_min = last.timestamp + 1`
+        (or `timestamp_max = last.timestamp - 1` when reversed), TigerBeetle's way of paginating.
+        """
+        ...
+
+    async def balance(self, account_id: int, normal: Normal | None = None) -> Balance:
+        """The account's balance (see `balance_of`); raises `AccountNotFoundError`."""
+        ...
+
+    async def expire_pending(self, now: int | None = None, *, limit: int = 1000) -> int:
+        """Release the holds of pending transfers whose timeout passed at `now` (ns; default: the clock).
+
+        Returns how many expired (at most `limit`); a periodic job calls it. A backend that expires
+        transfers by itself (TigerBeetle) returns 0.
+        """
+        ...
+
+    async def ping(self) -> None:
+        """Raise when the ledger cannot be reached."""
+        ...
+
+    async def close(self) -> None: ...

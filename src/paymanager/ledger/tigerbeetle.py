@@ -1,0 +1,225 @@
+"""The TigerBeetle adapter: the `Ledger` port on the official client (`paymanager[tigerbeetle]`, 0.17).
+
+Our types mirror TigerBeetle's field for field and our result enums carry its status codes as
+values, so the adapter is a translation of shapes. The client is imported only when a server
+answers, so this module loads without the extra installed.
+
+Connecting follows the source system (`connectTb`): 5 tries, waiting 2000 ms x try between them
+(linear, although the source calls it exponential). The client itself retries requests forever and
+has no timeout, so reachability is probed with a TCP connection to the replicas first, and `ping`
+bounds its request with a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from paymanager.ledger.port import HISTORY_LIMIT_MAX
+from paymanager.ledger.types import (
+    BATCH_MAX,
+    Account,
+    AccountEventResult,
+    AccountNotFoundError,
+    Balance,
+    BatchTooLargeError,
+    CreateAccountResult,
+    CreateTransferResult,
+    LedgerUnavailableError,
+    Normal,
+    Transfer,
+    TransferEventResult,
+    balance_of,
+    validate_account,
+    validate_transfer,
+)
+from paymanager.logging import get_logger
+
+log = get_logger("paymanager.ledger")
+
+CONNECT_ATTEMPTS = 5
+CONNECT_BACKOFF_MS = 2000
+PROBE_TIMEOUT_S = 2.0
+PING_TIMEOUT_S = 5.0
+TB_DEFAULT_PORT = 3001
+
+
+def replica_endpoints(addresses: str) -> list[tuple[str, int]]:
+    """TigerBeetle's address syntax: "3000" is 127.0.0.1:3000, "host" is host:3001, "host:port"."""
+    endpoints = []
+    for item in addresses.split(","):
+        text = item.strip()
+        if not text:
+            continue
+        if text.isdigit():
+            endpoints.append(("127.0.0.1", int(text)))
+            continue
+        host, sep, port = text.rpartition(":")
+        endpoints.append((host, int(port)) if sep and port.isdigit() else (text, TB_DEFAULT_PORT))
+    if not endpoints:
+        raise ValueError(f"no TigerBeetle replica address in {addresses!r}")
+    return endpoints
+
+
+async def _probe(endpoints: list[tuple[str, int]]) -> str | None:
+    """None when a replica accepts a TCP connection, else why none did."""
+    problems = []
+    for host, port in endpoints:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            problems.append(f"{host}:{port}: {exc or type(exc).__name__}")
+            continue
+        writer.close()
+        return None
+    return "; ".join(problems)
+
+
+class TigerBeetleLedger:
+    """The `Ledger` port on a TigerBeetle cluster."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        import tigerbeetle as tb
+
+        self._tb = tb
+
+    @classmethod
+    async def connect(
+        cls,
+        addresses: str,
+        *,
+        cluster_id: int = 0,
+        attempts: int = CONNECT_ATTEMPTS,
+        backoff_ms: int = CONNECT_BACKOFF_MS,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> TigerBeetleLedger:
+        """Connect, trying `attempts` times and waiting `backoff_ms` x try between tries.
+
+        Raises `LedgerUnavailableError` when no try reached a replica (the runtime then exits 1).
+        """
+        assert attempts >= 1, attempts
+        endpoints = replica_endpoints(addresses)
+        for attempt in range(1, attempts + 1):
+            problem = await _probe(endpoints)
+            if problem is None:
+                import tigerbeetle as tb
+
+                return cls(tb.ClientAsync(cluster_id=cluster_id, replica_addresses=addresses))
+            log.warning("tigerbeetle not reachable", attempt=attempt, attempts=attempts, error=problem)
+            if attempt < attempts:
+                await sleep(backoff_ms * attempt / 1000)
+        raise LedgerUnavailableError(
+            f"TigerBeetle at {addresses} did not answer after {attempts} tries: {problem}"
+        )
+
+    # --- writes --------------------------------------------------------------------------------
+
+    async def create_accounts(self, accounts: Sequence[Account]) -> list[AccountEventResult]:
+        _check_batch(len(accounts))
+        for account in accounts:
+            validate_account(account)
+        if not accounts:
+            return []
+        results = await self._client.create_accounts([self._to_tb_account(a) for a in accounts])
+        return [AccountEventResult(r.timestamp, CreateAccountResult(int(r.status))) for r in results]
+
+    async def create_transfers(self, transfers: Sequence[Transfer]) -> list[TransferEventResult]:
+        _check_batch(len(transfers))
+        for transfer in transfers:
+            validate_transfer(transfer)
+        if not transfers:
+            return []
+        results = await self._client.create_transfers([self._to_tb_transfer(t) for t in transfers])
+        return [TransferEventResult(r.timestamp, CreateTransferResult(int(r.status))) for r in results]
+
+    async def expire_pending(self, now: int | None = None, *, limit: int = 1000) -> int:
+        """TigerBeetle expires pending transfers by itself, on its own clock."""
+        del now, limit
+        return 0
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    async def lookup_accounts(self, ids: Sequence[int]) -> list[Account]:
+        _check_batch(len(ids))
+        found = {a.id: _from_tb_account(a) for a in await self._client.lookup_accounts(list(ids))}
+        return [found[i] for i in ids if i in found]
+
+    async def lookup_transfers(self, ids: Sequence[int]) -> list[Transfer]:
+        _check_batch(len(ids))
+        found = {t.id: _from_tb_transfer(t) for t in await self._client.lookup_transfers(list(ids))}
+        return [found[i] for i in ids if i in found]
+
+    async def get_account_transfers(
+        self,
+        account_id: int,
+        *,
+        timestamp_min: int = 0,
+        timestamp_max: int = 0,
+        code: int = 0,
+        limit: int = 100,
+        reversed: bool = False,
+    ) -> list[Transfer]:
+        if not 0 < limit <= HISTORY_LIMIT_MAX:
+            raise ValueError(f"limit must be within 1..{HISTORY_LIMIT_MAX}, got {limit}")
+        flags = self._tb.AccountFilterFlags.DEBITS | self._tb.AccountFilterFlags.CREDITS
+        if reversed:
+            flags |= self._tb.AccountFilterFlags.REVERSED
+        query = self._tb.AccountFilter(
+            account_id=account_id, user_data_128=0, user_data_64=0, user_data_32=0, code=code,
+            timestamp_min=timestamp_min, timestamp_max=timestamp_max, limit=limit, flags=flags,
+        )  # fmt: skip
+        return [_from_tb_transfer(t) for t in await self._client.get_account_transfers(query)]
+
+    async def balance(self, account_id: int, normal: Normal | None = None) -> Balance:
+        found = await self.lookup_accounts([account_id])
+        if not found:
+            raise AccountNotFoundError(account_id)
+        return balance_of(found[0], normal)
+
+    async def ping(self) -> None:
+        try:
+            await asyncio.wait_for(self._client.lookup_accounts([1]), PING_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise LedgerUnavailableError(f"TigerBeetle did not answer within {PING_TIMEOUT_S} s") from exc
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    # --- translation ---------------------------------------------------------------------------
+
+    def _to_tb_account(self, a: Account) -> Any:
+        return self._tb.Account(
+            id=a.id, debits_pending=a.debits_pending, debits_posted=a.debits_posted,
+            credits_pending=a.credits_pending, credits_posted=a.credits_posted, user_data_128=a.user_data_128,
+            user_data_64=a.user_data_64, user_data_32=a.user_data_32, ledger=a.ledger, code=a.code,
+            flags=self._tb.AccountFlags(a.flags), timestamp=a.timestamp,
+        )  # fmt: skip
+
+    def _to_tb_transfer(self, t: Transfer) -> Any:
+        return self._tb.Transfer(
+            id=t.id, debit_account_id=t.debit_account_id, credit_account_id=t.credit_account_id,
+            amount=t.amount, pending_id=t.pending_id, user_data_128=t.user_data_128,
+            user_data_64=t.user_data_64, user_data_32=t.user_data_32, timeout=t.timeout, ledger=t.ledger,
+            code=t.code, flags=self._tb.TransferFlags(t.flags), timestamp=t.timestamp,
+        )  # fmt: skip
+
+
+def _from_tb_account(a: Any) -> Account:
+    return Account(
+        a.id, a.debits_pending, a.debits_posted, a.credits_pending, a.credits_posted, a.user_data_128,
+        a.user_data_64, a.user_data_32, a.ledger, a.code, int(a.flags), a.timestamp,
+    )  # fmt: skip
+
+
+def _from_tb_transfer(t: Any) -> Transfer:
+    return Transfer(
+        t.id, t.debit_account_id, t.credit_account_id, t.amount, t.pending_id, t.user_data_128,
+        t.user_data_64, t.user_data_32, t.timeout, t.ledger, t.code, int(t.flags), t.timestamp,
+    )  # fmt: skip
+
+
+def _check_batch(size: int) -> None:
+    if size > BATCH_MAX:
+        raise BatchTooLargeError(size, BATCH_MAX)

@@ -1,0 +1,177 @@
+"""Flows, cancellation, pause/resume, graceful stop, NOTIFY wake-up and the listener's recovery."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+
+from paymanager.jobs import (
+    JobContext,
+    NewJob,
+    Registry,
+    WorkerOptions,
+    admin,
+    enqueue,
+    enqueue_flow,
+)
+from tests.integration.jobs.conftest import FAST, StartWorker, job_state, wait_state, wait_until
+
+# No polling to speak of: a job that starts was woken by NOTIFY.
+NO_POLL = WorkerOptions(owner="np", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=3_600_000)
+
+
+def flow_registry(parent_saw: list[dict[int, Any]]) -> Registry:
+    registry = Registry()
+
+    @registry.handler("child", max_attempts=1)
+    async def child(ctx: JobContext) -> Any:
+        if ctx.payload.get("fail"):
+            raise RuntimeError("child failed")
+        return ctx.payload["n"] * 10
+
+    @registry.handler("parent")
+    async def parent(ctx: JobContext) -> None:
+        parent_saw.append(await ctx.children_results())
+
+    return registry
+
+
+async def test_flow_parent_runs_after_all_children_with_their_results(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    saw: list[dict[int, Any]] = []
+    async with pool.acquire() as conn, conn.transaction():
+        parent_id, child_ids = await enqueue_flow(
+            conn, NewJob("parent"), [NewJob("child", {"n": 1}), NewJob("child", {"n": 2})]
+        )
+    assert await job_state(pool, parent_id) == "waiting_children"
+    await start_worker(flow_registry(saw))
+    await wait_state(pool, parent_id, "completed")
+    assert saw == [{child_ids[0]: 10, child_ids[1]: 20}]
+
+
+async def test_dead_child_fails_the_parent_by_default(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    saw: list[dict[int, Any]] = []
+    parent_id, _ = await enqueue_flow(
+        pool, NewJob("parent"), [NewJob("child", {"n": 1}), NewJob("child", {"fail": True})]
+    )
+    await start_worker(flow_registry(saw))
+    await wait_state(pool, parent_id, "dead")
+    assert saw == []
+    assert (await pool.fetchval("SELECT last_error FROM job WHERE id = $1", parent_id))[
+        "type"
+    ] == "ChildFailed"
+
+
+async def test_dead_child_is_ignored_when_the_flow_says_so(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    saw: list[dict[int, Any]] = []
+    parent_id, (ok, failed) = await enqueue_flow(
+        pool,
+        NewJob("parent"),
+        [NewJob("child", {"n": 1}), NewJob("child", {"fail": True})],
+        on_child_dead="ignore",
+    )
+    await start_worker(flow_registry(saw))
+    await wait_state(pool, parent_id, "completed")
+    assert saw == [{ok: 10, failed: None}]
+
+
+async def test_cancel_before_start_and_while_running(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    started = asyncio.Event()
+    registry = Registry()
+
+    @registry.handler("stoppable")
+    async def stoppable(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.wait_for(ctx.cancelled.wait(), 30)
+        ctx.raise_if_cancelled()
+
+    waiting = await enqueue(pool, "stoppable", {}, delay_ms=3_600_000)
+    result = await admin.cancel_job(pool, waiting.id)
+    assert result is not None
+    assert result.outcome == "cancelled"
+    assert await job_state(pool, waiting.id) == "cancelled"
+
+    await start_worker(registry)
+    running = await enqueue(pool, "stoppable", {})
+    await asyncio.wait_for(started.wait(), 15)
+    result = await admin.cancel_job(pool, running.id)
+    assert result is not None
+    assert result.outcome == "requested"
+    await wait_state(pool, running.id, "cancelled")
+    assert await admin.cancel_job(pool, running.id) is None
+
+
+async def test_paused_queue_is_not_claimed_until_resumed(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    registry = Registry()
+    registry.register("k", lambda ctx: None)
+    await admin.pause_queue(pool, "default")
+    await start_worker(registry)
+    job = await enqueue(pool, "k", {})
+    await asyncio.sleep(1.0)  # five poll intervals of FAST
+    assert await job_state(pool, job.id) == "available"
+    await admin.resume_queue(pool, "default")
+    await wait_state(pool, job.id, "completed")
+
+
+async def test_stop_releases_unfinished_jobs_at_once_without_spending_an_attempt(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    from paymanager.jobs import Worker
+
+    started = asyncio.Event()
+    registry = Registry()
+
+    @registry.handler("forever")
+    async def forever(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    registry.register("quick", lambda ctx: None)
+    worker = Worker(pool, database_url, registry, {"default": 5}, FAST)
+    await worker.start()
+    stuck = await enqueue(pool, "forever", {})
+    await asyncio.wait_for(started.wait(), 15)
+    await worker.stop(timeout_s=0.2)
+    row = await pool.fetchrow("SELECT state, attempt, lease_token FROM job WHERE id = $1", stuck.id)
+    assert row is not None
+    assert dict(row) == {"state": "available", "attempt": 0, "lease_token": None}
+
+
+async def test_notify_wakes_an_idle_worker_without_polling(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    registry = Registry()
+    registry.register("k", lambda ctx: None)
+    await start_worker(registry, options=NO_POLL)
+    await asyncio.sleep(0.2)
+    job = await enqueue(pool, "k", {})
+    await wait_state(pool, job.id, "completed")
+
+
+async def test_dead_listener_connection_is_reestablished(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    registry = Registry()
+    registry.register("k", lambda ctx: None)
+    options = WorkerOptions(
+        owner="np", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=3_600_000,
+        listener_check_interval_ms=200,
+    )  # fmt: skip
+    worker = await start_worker(registry, options=options)
+    old_pid = worker.listener.backend_pid
+    assert await pool.fetchval("SELECT pg_terminate_backend($1)", old_pid)
+
+    async def reconnected() -> bool:
+        return worker.listener.reconnects >= 1
+
+    await wait_until(reconnected)
+    assert worker.listener.backend_pid != old_pid
+    job = await enqueue(pool, "k", {})
+    await wait_state(pool, job.id, "completed")

@@ -1,0 +1,176 @@
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from paymanager.jobs import (
+    DeadJob,
+    JobContext,
+    MaintenanceOptions,
+    NewJob,
+    PeriodicJob,
+    Registry,
+    Retention,
+    enqueue,
+    enqueue_many,
+)
+from paymanager.jobs.maintenance import Maintenance
+from paymanager.jobs.periodic import current_slot
+from tests.integration.jobs.conftest import StartWorker, wait_state, wait_until
+
+
+async def claim_as_ghost(pool: asyncpg.Pool, queue: str = "default", lease_ms: int = 1) -> list[int]:
+    """Claim jobs as a worker that then vanishes (its lease expires almost at once)."""
+    from paymanager.jobs._queries import Q
+
+    rows = await pool.fetch(Q["job_claim_batch"], [queue], [100], "ghost", lease_ms)
+    return [r["id"] for r in rows]
+
+
+async def test_rescuer_returns_expired_jobs_to_available_without_spending_an_attempt(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    job = await enqueue(pool, "k", {})
+    assert await claim_as_ghost(pool) == [job.id]
+    await asyncio.sleep(0.01)
+    maintenance = Maintenance(pool, database_url, MaintenanceOptions(max_stalled=2))
+    await maintenance.rescue()
+    row = await pool.fetchrow(
+        "SELECT state, attempt, stalled_count, lease_token FROM job WHERE id = $1", job.id
+    )
+    assert row is not None
+    assert dict(row) == {"state": "available", "attempt": 0, "stalled_count": 1, "lease_token": None}
+
+
+async def test_job_stalled_beyond_max_stalled_is_dead_and_hooked(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    dead: list[DeadJob] = []
+
+    async def on_dead(job: DeadJob) -> None:
+        dead.append(job)
+
+    maintenance = Maintenance(pool, database_url, MaintenanceOptions(max_stalled=1), on_dead=on_dead)
+    job = await enqueue(pool, "k", {})
+    for expected in ("available", "dead"):
+        await claim_as_ghost(pool)
+        await asyncio.sleep(0.01)
+        await maintenance.rescue()
+        assert await pool.fetchval("SELECT state FROM job WHERE id = $1", job.id) == expected
+    assert [d.id for d in dead] == [job.id]
+    assert dead[0].error is not None
+    assert dead[0].error["type"] == "Stalled"
+
+
+async def test_live_lease_is_not_rescued(pool: asyncpg.Pool, database_url: str) -> None:
+    job = await enqueue(pool, "k", {})
+    await claim_as_ghost(pool, lease_ms=60_000)
+    await Maintenance(pool, database_url).rescue()
+    assert await pool.fetchval("SELECT state FROM job WHERE id = $1", job.id) == "running"
+
+
+async def test_pruner_keeps_recent_and_newest_finished_jobs(pool: asyncpg.Pool, database_url: str) -> None:
+    ids = await enqueue_many(pool, [NewJob("k", queue="q") for _ in range(10)])
+    await pool.execute(
+        "UPDATE job SET state = 'completed', finalized_at = now() - (id - $1) * interval '1 minute' "
+        "WHERE id = ANY($2)",
+        ids[0],
+        ids,
+    )
+    other = await enqueue(pool, "k", {}, queue="q")  # unfinished: never pruned
+    options = MaintenanceOptions(
+        retention=Retention(completed_age_ms=None, completed_count=100),
+        retention_by_queue={"q": Retention(completed_age_ms=5 * 60_000 + 30_000, completed_count=3)},
+        prune_batch_max=2,
+    )
+    await Maintenance(pool, database_url, options).prune()
+    left = [r["id"] for r in await pool.fetch("SELECT id FROM job ORDER BY id")]
+    # Age keeps the 6 newest (0..5 minutes old); count keeps 3 of those; the queued job stays.
+    assert left == [*ids[:3], other.id]
+
+
+async def test_periodic_job_is_enqueued_once_per_slot_however_many_processes(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    now = [datetime(2030, 1, 1, 12, 0, 0, 500_000, tzinfo=UTC)]
+    schedule = PeriodicJob("sweep", "sweep.run", interval_ms=60_000)
+    options = MaintenanceOptions(periodic=(schedule,))
+    services = [Maintenance(pool, database_url, options, clock=lambda: now[0]) for _ in range(3)]
+    for _ in range(5):  # 12:00:00.5, 12:00:40.5, 12:01:20.5, 12:02:00.5, 12:02:40.5
+        await asyncio.gather(*(s.periodic() for s in services))
+        now[0] += timedelta(seconds=40)
+    rows = await pool.fetch("SELECT payload FROM job WHERE kind = 'sweep.run' ORDER BY id")
+    # Slots 12:00 (first sight, recorded only), 12:01 and 12:02: two jobs, one per new slot.
+    assert [r["payload"]["slot"] for r in rows] == [
+        "2030-01-01T12:01:00+00:00",
+        "2030-01-01T12:02:00+00:00",
+    ]
+
+
+def test_cron_slot_is_the_latest_at_or_before_now() -> None:
+    job = PeriodicJob("hourly", "k", cron="0 * * * *")
+    assert current_slot(job, datetime(2030, 1, 1, 12, 0, tzinfo=UTC)) == datetime(
+        2030, 1, 1, 12, 0, tzinfo=UTC
+    )
+    assert current_slot(job, datetime(2030, 1, 1, 12, 59, tzinfo=UTC)) == datetime(
+        2030, 1, 1, 12, 0, tzinfo=UTC
+    )
+
+
+def test_periodic_job_needs_exactly_one_schedule() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        PeriodicJob("x", "k")
+    with pytest.raises(ValueError, match="invalid cron"):
+        PeriodicJob("x", "k", cron="every minute")
+
+
+async def test_one_leader_at_a_time_and_a_follower_takes_over(pool: asyncpg.Pool, database_url: str) -> None:
+    options = MaintenanceOptions(election_interval_ms=50, rescue_interval_ms=50)
+    first = Maintenance(pool, database_url, options)
+    second = Maintenance(pool, database_url, options)
+    await first.start()
+
+    async def first_leads() -> bool:
+        return first.is_leader
+
+    await wait_until(first_leads)
+    await second.start()
+    await asyncio.sleep(0.3)
+    assert not second.is_leader
+    await first.stop(timeout_s=2)
+
+    async def second_leads() -> bool:
+        return second.is_leader
+
+    await wait_until(second_leads)
+    await second.stop(timeout_s=2)
+
+
+async def test_worker_heartbeat_keeps_a_long_job_from_being_rescued(
+    pool: asyncpg.Pool, database_url: str, start_worker: StartWorker
+) -> None:
+    release = asyncio.Event()
+    attempts: list[int] = []
+    registry = Registry()
+
+    @registry.handler("long")
+    async def long(ctx: JobContext) -> None:
+        attempts.append(ctx.attempt)
+        await release.wait()
+
+    await start_worker(registry)  # lease 2 s, heartbeat every 0.5 s
+    maintenance = Maintenance(pool, database_url, MaintenanceOptions(rescue_interval_ms=100))
+    await maintenance.start()
+    try:
+        job = await enqueue(pool, "long", {})
+        await wait_state(pool, job.id, "running")
+        await asyncio.sleep(5)  # two and a half leases
+        assert await pool.fetchval("SELECT stalled_count FROM job WHERE id = $1", job.id) == 0
+        release.set()
+        await wait_state(pool, job.id, "completed")
+        assert attempts == [1]
+    finally:
+        await maintenance.stop(timeout_s=2)

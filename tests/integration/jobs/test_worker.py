@@ -1,0 +1,267 @@
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import asyncpg
+
+from paymanager.jobs import (
+    Fixed,
+    JobContext,
+    NewJob,
+    PermanentError,
+    Registry,
+    WorkerOptions,
+    enqueue,
+    enqueue_many,
+)
+from tests.integration.jobs.conftest import FAST, StartWorker, job_state, wait_state, wait_until
+
+
+async def test_worker_runs_a_job_and_stores_its_result(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    registry = Registry()
+
+    @registry.handler("add")
+    async def add(ctx: JobContext) -> Any:
+        return {"sum": ctx.payload["a"] + ctx.payload["b"]}
+
+    await start_worker(registry)
+    job = await enqueue(pool, "add", {"a": 2, "b": 3})
+    await wait_state(pool, job.id, "completed")
+    row = await pool.fetchrow(
+        "SELECT result, attempt, lease_token, finalized_at FROM job WHERE id = $1", job.id
+    )
+    assert row is not None
+    assert row["result"] == {"sum": 5}
+    assert row["attempt"] == 1
+    assert row["lease_token"] is None
+    assert row["finalized_at"] is not None
+
+
+async def test_many_jobs_over_two_queues_all_complete_once(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    seen: list[int] = []
+    registry = Registry()
+
+    @registry.handler("count")
+    async def count(ctx: JobContext) -> None:
+        seen.append(ctx.payload["i"])
+
+    await start_worker(registry, {"a": 7, "b": 3})
+    jobs = [NewJob("count", {"i": i}, queue="a" if i % 2 else "b") for i in range(500)]
+    await enqueue_many(pool, jobs)
+
+    async def done() -> bool:
+        return await pool.fetchval("SELECT count(*) FROM job WHERE state = 'completed'") == 500
+
+    await wait_until(done)
+    assert sorted(seen) == list(range(500))
+
+
+async def test_per_queue_concurrency_is_never_exceeded(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    running = 0
+    peak = 0
+    registry = Registry()
+
+    @registry.handler("slow")
+    async def slow(ctx: JobContext) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.02)
+        running -= 1
+
+    await start_worker(registry, {"default": 3})
+    await enqueue_many(pool, [NewJob("slow") for _ in range(30)])
+
+    async def done() -> bool:
+        return await pool.fetchval("SELECT count(*) FROM job WHERE state = 'completed'") == 30
+
+    await wait_until(done)
+    assert peak == 3
+
+
+async def test_failed_job_is_retried_with_its_backoff_and_keeps_error_history(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    registry = Registry()
+
+    @registry.handler("flaky", max_attempts=3, backoff=Fixed(0))
+    async def flaky(ctx: JobContext) -> str:
+        if ctx.attempt < 3:
+            raise RuntimeError(f"boom {ctx.attempt}")
+        return "ok"
+
+    await start_worker(registry)
+    job = await registry.enqueue(pool, "flaky", {})
+    await wait_state(pool, job.id, "completed")
+    row = await pool.fetchrow("SELECT attempt, errors, last_error, result FROM job WHERE id = $1", job.id)
+    assert row is not None
+    assert row["attempt"] == 3
+    assert row["result"] == "ok"
+    assert [e["error"] for e in row["errors"]] == ["boom 1", "boom 2"]
+    assert row["last_error"]["error"] == "boom 2"
+
+
+async def test_exhausted_attempts_make_the_job_dead_and_call_the_hook(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    dead: list[int] = []
+    registry = Registry()
+
+    @registry.handler("always_fails", max_attempts=2, backoff=Fixed(0))
+    async def always_fails(ctx: JobContext) -> None:
+        raise ValueError("nope")
+
+    async def on_dead(job: Any) -> None:
+        dead.append(job.id)
+
+    await start_worker(registry, on_dead=on_dead)
+    job = await registry.enqueue(pool, "always_fails", {})
+    await wait_state(pool, job.id, "dead")
+    assert await pool.fetchval("SELECT attempt FROM job WHERE id = $1", job.id) == 2
+
+    async def hooked() -> bool:
+        return dead == [job.id]
+
+    await wait_until(hooked)
+
+
+async def test_permanent_error_goes_straight_to_dead(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    registry = Registry()
+
+    @registry.handler("bad_input", max_attempts=10)
+    async def bad_input(ctx: JobContext) -> None:
+        raise PermanentError("invalid account")
+
+    await start_worker(registry)
+    job = await registry.enqueue(pool, "bad_input", {})
+    await wait_state(pool, job.id, "dead")
+    row = await pool.fetchrow("SELECT attempt, last_error FROM job WHERE id = $1", job.id)
+    assert row is not None
+    assert row["attempt"] == 1
+    assert row["last_error"]["type"] == "PermanentError"
+
+
+async def test_unregistered_kind_is_dead_not_a_crash(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    registry = Registry()
+    registry.register("known", lambda ctx: None)
+    await start_worker(registry)
+    unknown = await enqueue(pool, "unknown", {})
+    known = await enqueue(pool, "known", {})
+    await wait_state(pool, unknown.id, "dead")
+    await wait_state(pool, known.id, "completed")
+
+
+async def test_sync_handler_runs_in_a_thread(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    threads: list[str] = []
+    registry = Registry()
+
+    def blocking(ctx: JobContext) -> int:
+        threads.append(threading.current_thread().name)
+        return 7
+
+    registry.register("blocking", blocking)
+    await start_worker(registry)
+    job = await enqueue(pool, "blocking", {})
+    await wait_state(pool, job.id, "completed")
+    assert threads
+    assert threads[0].startswith("job-sync")
+    assert await pool.fetchval("SELECT result FROM job WHERE id = $1", job.id) == 7
+
+
+async def test_timeout_fails_the_attempt(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    registry = Registry()
+
+    @registry.handler("hangs", max_attempts=1, timeout_ms=50)
+    async def hangs(ctx: JobContext) -> None:
+        await asyncio.sleep(60)
+
+    await start_worker(registry)
+    job = await registry.enqueue(pool, "hangs", {})
+    await wait_state(pool, job.id, "dead")
+    assert (await pool.fetchval("SELECT last_error FROM job WHERE id = $1", job.id))["type"] == "TimeoutError"
+
+
+async def test_snooze_reschedules_without_spending_an_attempt(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    calls = 0
+    registry = Registry()
+
+    @registry.handler("poll_psp", max_attempts=1)
+    async def poll_psp(ctx: JobContext) -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            ctx.snooze(0)
+        return "settled"
+
+    await start_worker(registry)
+    job = await registry.enqueue(pool, "poll_psp", {})
+    await wait_state(pool, job.id, "completed")
+    assert calls == 3
+    assert await pool.fetchval("SELECT attempt FROM job WHERE id = $1", job.id) == 1
+
+
+async def test_long_snooze_leaves_the_job_scheduled(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    registry = Registry()
+
+    @registry.handler("later")
+    async def later(ctx: JobContext) -> None:
+        ctx.snooze(3_600_000)
+
+    await start_worker(registry)
+    job = await enqueue(pool, "later", {})
+    await wait_state(pool, job.id, "scheduled")
+    assert await pool.fetchval("SELECT attempt FROM job WHERE id = $1", job.id) == 0
+
+
+async def test_progress_is_recorded(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    registry = Registry()
+
+    @registry.handler("report")
+    async def report(ctx: JobContext) -> None:
+        await ctx.progress(40)
+
+    await start_worker(registry)
+    job = await enqueue(pool, "report", {})
+    await wait_state(pool, job.id, "completed")
+    assert await pool.fetchval("SELECT progress FROM job WHERE id = $1", job.id) == 40
+
+
+async def test_priority_orders_claims(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    order: list[int] = []
+    registry = Registry()
+
+    @registry.handler("p")
+    async def p(ctx: JobContext) -> None:
+        order.append(ctx.priority)
+
+    await enqueue_many(pool, [NewJob("p", priority=prio) for prio in (5, 1, 3, -2, 4)])
+    await start_worker(registry, {"default": 1})
+
+    async def done() -> bool:
+        return len(order) == 5
+
+    await wait_until(done)
+    assert order == [-2, 1, 3, 4, 5]
+
+
+async def test_delayed_job_runs_after_its_time(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    registry = Registry()
+    registry.register("tick", lambda ctx: None)
+    await start_worker(registry)
+    job = await enqueue(pool, "tick", {}, delay_ms=300)
+    assert await job_state(pool, job.id) == "scheduled"
+    await wait_state(pool, job.id, "completed")
+
+
+async def test_pending_worker_options_are_validated() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="at most half"):
+        WorkerOptions(lease_ms=1_000, heartbeat_interval_ms=600)
+    assert FAST.lease_ms == 2_000
