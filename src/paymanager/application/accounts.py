@@ -92,12 +92,12 @@ async def history(
 async def seed_system_accounts(payments: Payments) -> None:
     """Create (once) and load the system accounts of every currency: funding, fees, nostro."""
     wanted = [(role, code) for code in CURRENCIES for role in SystemAccount]
+    ids = [(ledger_ops.system_account_id(system_account_name(r, c)), c) for r, c in wanted]
+    await ledger_ops.ensure_system_accounts(payments.ledger, ids)
     async with payments.pool.acquire() as conn, conn.transaction():
         for role, code in wanted:
             name = system_account_name(role, code)
-            account_id = ledger_ops.system_account_id(name)
-            await conn.execute(Q["account_insert_system"], account_id, code, name)
-            await ledger_ops.open_system_account(payments.ledger, conn, account_id, code)
+            await conn.execute(Q["account_insert_system"], ledger_ops.system_account_id(name), code, name)
         rows = await conn.fetch(Q["account_system_list"])
     payments.system_accounts = {row["name"]: row["id"] for row in rows}
     missing = [

@@ -8,7 +8,6 @@ answers `exists` (or `pending_transfer_already_posted`) instead of moving money 
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from typing import Any
 
@@ -24,6 +23,8 @@ from paymanager.ledger import (
     CreateTransferResult,
     Transfer,
     TransferFlags,
+    account_id_for,
+    ensure_accounts,
 )
 
 ACCOUNT_CODES = {AccountKind.USER: 1, AccountKind.MERCHANT: 2, AccountKind.SYSTEM: 10}
@@ -54,8 +55,8 @@ def new_account_id() -> uuid.UUID:
 
 
 def system_account_id(name: str) -> uuid.UUID:
-    """A stable id per system account name, the same in every process and database."""
-    return uuid.UUID(bytes=hashlib.sha256(b"paymanager system account:" + name.encode()).digest()[:16])
+    """The ledger's id of a system account name (the same in every process), as our row id."""
+    return uuid.UUID(int=account_id_for(name))
 
 
 async def open_account(ledger: Any, conn: Conn, account_id: uuid.UUID, code: str, kind: AccountKind) -> None:
@@ -69,12 +70,16 @@ async def open_account(ledger: Any, conn: Conn, account_id: uuid.UUID, code: str
     await _create_accounts(ledger, conn, [account])
 
 
-async def open_system_account(ledger: Any, conn: Conn, account_id: uuid.UUID, code: str) -> None:
-    """System accounts have no limit: funding goes negative as money enters the platform."""
-    account = Account(
-        id=account_id.int, ledger=currency(code).numeric, code=ACCOUNT_CODES[AccountKind.SYSTEM]
-    )
-    await _create_accounts(ledger, conn, [account])
+async def ensure_system_accounts(ledger: Any, ids_by_currency: list[tuple[uuid.UUID, str]]) -> None:
+    """Create the missing system accounts and verify the others (ledger, code, flags) match.
+
+    System accounts have no limit: funding goes negative as money enters the platform.
+    """
+    accounts = [
+        Account(id=account_id.int, ledger=currency(code).numeric, code=ACCOUNT_CODES[AccountKind.SYSTEM])
+        for account_id, code in ids_by_currency
+    ]
+    await ensure_accounts(ledger, accounts)
 
 
 async def _create_accounts(ledger: Any, conn: Conn, accounts: list[Account]) -> None:
