@@ -33,24 +33,34 @@ def install(hooks: StartupHooks) -> None:
 
 
 async def connect_ledger(runtime: Runtime) -> None:
-    """The PostgreSQL ledger on the process pool; tried `LEDGER_CONNECT_ATTEMPTS` times, n x backoff apart."""
-    from paymanager.ledger import PostgresLedger
+    """The PostgreSQL ledger on the process pool, tried `LEDGER_CONNECT_ATTEMPTS` times, n x backoff apart.
+
+    Payments hold, post and void inside the transaction that changes the intent (and completes the
+    settlement job), which only the PostgreSQL ledger can join; so the TigerBeetle backend is refused
+    here with that reason rather than run without the guarantee.
+    """
+    import asyncpg
+
+    from paymanager.ledger import LedgerUnavailableError, PostgresLedger
+    from paymanager.logging import get_logger
 
     settings = runtime.settings
+    if settings.ledger_backend != "postgres":
+        raise RuntimeError(
+            "payments need LEDGER_BACKEND=postgres: holds commit in the intent's own transaction, which "
+            "TigerBeetle cannot join (the TigerBeetle adapter serves `paymanager ledger` commands)"
+        )
     assert runtime.pool is not None
+    ledger = PostgresLedger(runtime.pool)
     attempts = settings.ledger_connect_attempts
     for attempt in range(1, attempts + 1):
         try:
-            ledger = PostgresLedger(runtime.pool)
-            if hasattr(ledger, "ping"):
-                await ledger.ping()
+            await ledger.ping()
             runtime.ledger = ledger
             return
-        except (OSError, ConnectionError) as exc:
+        except (OSError, asyncpg.PostgresError, LedgerUnavailableError) as exc:
             if attempt == attempts:
                 raise
-            from paymanager.logging import get_logger
-
             get_logger("paymanager.bootstrap").warning(
                 "ledger not reachable", attempt=attempt, error=str(exc)
             )
@@ -137,6 +147,7 @@ async def api_services(runtime: Runtime) -> list[Service]:
 async def outbox_services(runtime: Runtime) -> list[Service]:
     """The outbox-worker role: a job worker on the outbox queue, and the engine's maintenance."""
     from paymanager.application.confirm_intent import SETTLE_KIND
+    from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
     from paymanager.application.settle_intent import settle_handler
     from paymanager.jobs import OUTBOX_SCHEDULE, Registry, Worker
 
@@ -150,6 +161,7 @@ async def outbox_services(runtime: Runtime) -> list[Service]:
         max_attempts=settings.outbox_max_attempts,
         backoff=OUTBOX_SCHEDULE,
     )
+    registry.register(EXPIRE_KIND, expire_pending_handler(runtime.ledger), queue=OUTBOX_QUEUE, max_attempts=3)
     worker = Worker(
         runtime.pool, runtime.database_url, registry, {OUTBOX_QUEUE: settings.outbox_concurrency},
         worker_options(runtime),
@@ -173,7 +185,8 @@ def worker_options(runtime: Runtime) -> Any:
 
 def maintenance(runtime: Runtime) -> Service:
     """The engine's maintenance (rescuer, pruner, promoter); it elects one leader cluster-wide."""
-    from paymanager.jobs import MaintenanceOptions, Retention
+    from paymanager.application.ledger_ops import EXPIRE_KIND
+    from paymanager.jobs import MaintenanceOptions, PeriodicJob, Retention
     from paymanager.jobs.maintenance import Maintenance
 
     settings = runtime.settings
@@ -186,6 +199,11 @@ def maintenance(runtime: Runtime) -> Service:
             completed_age_ms=settings.job_retention_completed_age_ms,
             completed_count=settings.job_retention_completed_count,
             dead_age_ms=settings.job_retention_dead_age_ms,
+        ),
+        periodic=(
+            PeriodicJob(
+                EXPIRE_KIND, EXPIRE_KIND, queue=OUTBOX_QUEUE, interval_ms=settings.ledger_expire_interval_ms
+            ),
         ),
     )
     service: Service = Maintenance(runtime.pool, runtime.database_url, options)

@@ -224,6 +224,12 @@ class Settings(BaseSettings):
     invoice_max_ttl_sec: int = Field(
         default=7 * 86_400, ge=1, le=30 * 86_400, description="Longest expiry a merchant invoice may ask for."
     )
+    ledger_expire_interval_ms: int = Field(
+        default=60_000,
+        ge=1_000,
+        le=86_400_000,
+        description="How often (once cluster-wide) the ledger releases pending holds whose timeout passed.",
+    )
     reconcile_batch_size: int = Field(
         default=500, ge=1, le=10_000, description="Confirmed intents the start-up reconciler reads at once."
     )

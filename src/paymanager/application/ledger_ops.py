@@ -170,3 +170,18 @@ async def resolve(ledger: Any, conn: Conn, intent: Any, *, post: bool) -> bool:
             f"the ledger refused to {action} intent {intent['id']}: {result.result.name}"
         )
     return outcome
+
+
+EXPIRE_KIND = "ledger.expire_pending"
+EXPIRE_BATCH = 1_000
+
+
+def expire_pending_handler(ledger: Any) -> Any:
+    """The periodic job that releases holds past their ledger timeout (a backstop: paymanager voids
+    its own holds by their settlement deadline, an hour before the ledger would)."""
+
+    async def handle(ctx: Any) -> None:
+        del ctx
+        await ledger.expire_pending(limit=EXPIRE_BATCH)
+
+    return handle
