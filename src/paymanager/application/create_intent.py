@@ -49,6 +49,17 @@ def quote_view(q: Quote) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _Party:
+    id: uuid.UUID
+    kind: AccountKind
+    owner_service_id: str | None
+
+    @property
+    def checked(self) -> tuple[object, AccountKind]:
+        return self.id, self.kind
+
+
 async def _party(
     payments: Payments,
     conn: Conn,
@@ -57,7 +68,7 @@ async def _party(
     given: uuid.UUID | None,
     system: SystemAccount | None,
     code: str,
-) -> tuple[uuid.UUID, AccountKind] | None:
+) -> _Party | None:
     """The account on one side: the channel's system account, or the caller's choice checked to exist."""
     if system is not None:
         if given is not None:
@@ -65,7 +76,7 @@ async def _party(
                 f"channel {channel.name.value} chooses the {side} itself; do not send {side}_account_id",
                 {"channel": channel.name.value, "field": f"{side}_account_id"},
             )
-        return payments.system_account(system, code), AccountKind.SYSTEM
+        return _Party(payments.system_account(system, code), AccountKind.SYSTEM, None)
     if given is None:
         return None
     row = await conn.fetchrow(QA["account_get"], given)
@@ -76,12 +87,7 @@ async def _party(
             f"the {side} account holds {row['currency']}, not {code}",
             {f"{side}_account_id": str(given), "account_currency": row["currency"], "currency": code},
         )
-    return row["id"], AccountKind(row["kind"])
-
-
-async def _owns(conn: Conn, caller: ServiceIdentity, account_id: uuid.UUID) -> bool:
-    row = await conn.fetchrow(QA["account_get"], account_id)
-    return row is not None and (caller.is_admin or row["owner_service_id"] == caller.id)
+    return _Party(row["id"], AccountKind(row["kind"]), row["owner_service_id"])
 
 
 async def create_intent(
@@ -102,17 +108,22 @@ async def create_intent(
     payee = await _party(
         payments, conn, channel, "payee", request.payee_account_id, channel.payee_system, code
     )
-    channel.check_parties(None if channel.payer_system else payer, None if channel.payee_system else payee)
+    channel.check_parties(
+        payer.checked if payer and not channel.payer_system else None,
+        payee.checked if payee and not channel.payee_system else None,
+    )
     assert payer is not None
     assert payee is not None
     # The initiating side must be the caller's own account: a merchant invoices from its account,
     # every other channel spends from the payer's (system payers are guarded by scope instead).
     initiator = payee if channel.expires else payer
-    if initiator[1] is not AccountKind.SYSTEM and not await _owns(conn, caller, initiator[0]):
+    if initiator.kind is not AccountKind.SYSTEM and not (
+        caller.is_admin or initiator.owner_service_id == caller.id
+    ):
         side = "payee" if channel.expires else "payer"
-        raise NotFoundError(f"no such {side} account", {f"{side}_account_id": str(initiator[0])})
+        raise NotFoundError(f"no such {side} account", {f"{side}_account_id": str(initiator.id)})
     now = payments.clock()
-    await policies.enforce(conn, channel.name.value, caller.id, payer[0], q.amount, now)
+    await policies.enforce(conn, channel.name.value, caller.id, payer.id, q.amount, now)
     expires_at = None
     if channel.expires:
         ttl = request.expires_in_sec or payments.settings.invoice_default_ttl_sec
@@ -125,9 +136,9 @@ async def create_intent(
     fee_account = payments.system_account(SystemAccount.FEES, code) if q.fee.amount > 0 else None
     row = await conn.fetchrow(
         Q["intent_insert"], new_id(), caller.id, channel.name.value, q.amount.amount, q.fee.amount, code,
-        payer[0], payee[0], fee_account, request.description, request.metadata, now, expires_at,
+        payer.id, payee.id, fee_account, request.description, request.metadata, now, expires_at,
     )  # fmt: skip
-    payload = events.event_payload(row)
-    await events.notify(conn, payload)
-    pending.append(payload)
+    # No NOTIFY: nothing can follow an intent over SSE before it exists. Redis subscribers (who may
+    # listen to every intent) get the event after the commit.
+    pending.append(events.event_payload(row))
     return row

@@ -67,11 +67,17 @@ SELECT *
 -- name: intent_notify
 SELECT pg_notify($1, $2);
 
--- name: settlement_insert
-INSERT INTO settlement (intent_id, outcome, status, amount, fee, currency, settled_by, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-ON CONFLICT (intent_id) DO NOTHING
-RETURNING intent_id;
-
--- name: settlement_get
-SELECT * FROM settlement WHERE intent_id = $1;
+-- name: intent_finish_settled
+-- Ends a confirmed intent (status $3 -> $2 at $4, reason $5) and writes its settlement row (outcome
+-- $6, by $7) in one statement; nothing when the intent is no longer in $3.
+WITH finished AS (
+    UPDATE intent
+       SET status = $2, version = version + 1, finished_at = $4, updated_at = $4, failure_reason = $5
+     WHERE id = $1 AND status = $3
+    RETURNING *
+), recorded AS (
+    INSERT INTO settlement (intent_id, outcome, status, amount, fee, currency, settled_by, created_at)
+    SELECT id, $6, status, amount, fee, currency, $7, $4 FROM finished
+    RETURNING intent_id
+)
+SELECT finished.* FROM finished JOIN recorded ON recorded.intent_id = finished.id;

@@ -44,12 +44,12 @@ async def finish(
             # The ledger expired the holds first: the money never moved, so the intent failed.
             target, reason = IntentStatus.FAILED, "the ledger expired the hold before settlement"
         outcome = SettlementOutcome.POSTED if target is IntentStatus.SETTLED else SettlementOutcome.VOIDED
-        inserted = await conn.fetchval(
-            Q["settlement_insert"], row["id"], outcome.value, target.value, row["amount"], row["fee"],
-            row["currency"], settled_by, now,
+        updated = await conn.fetchrow(
+            Q["intent_finish_settled"], row["id"], target.value, row["status"], now, reason, outcome.value,
+            settled_by,
         )  # fmt: skip
-        assert inserted is not None, "a confirmed intent has no settlement yet"
-    updated = await conn.fetchrow(Q["intent_finish"], row["id"], target.value, row["status"], now, reason)
+    else:
+        updated = await conn.fetchrow(Q["intent_finish"], row["id"], target.value, row["status"], now, reason)
     assert updated is not None, "the row lock guarantees the status did not change"
     await events.notify(conn, events.event_payload(updated))
     return updated
