@@ -12,7 +12,7 @@ from paymanager.application.errors import AccountReferenceTakenError
 from paymanager.application.services import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
-from paymanager.domain.channels import AccountKind, SystemAccount, system_account_name
+from paymanager.domain.channels import AccountKind, system_account_names
 from paymanager.domain.errors import InvalidInputError, NotFoundError
 from paymanager.domain.money import CURRENCIES, currency
 
@@ -90,20 +90,16 @@ async def history(
 
 
 async def seed_system_accounts(payments: Payments) -> None:
-    """Create (once) and load the system accounts of every currency: funding, fees, nostro."""
-    wanted = [(role, code) for code in CURRENCIES for role in SystemAccount]
-    ids = [(ledger_ops.system_account_id(system_account_name(r, c)), c) for r, c in wanted]
-    await ledger_ops.ensure_system_accounts(payments.ledger, ids)
+    """Create (once) and verify the system accounts of every currency, and load their ids."""
+    wanted = [(name, code) for code in CURRENCIES for name in system_account_names(code)]
+    await ledger_ops.ensure_system_accounts(
+        payments.ledger, [(ledger_ops.system_account_id(name), code) for name, code in wanted]
+    )
     async with payments.pool.acquire() as conn, conn.transaction():
-        for role, code in wanted:
-            name = system_account_name(role, code)
+        for name, code in wanted:
             await conn.execute(Q["account_insert_system"], ledger_ops.system_account_id(name), code, name)
         rows = await conn.fetch(Q["account_system_list"])
     payments.system_accounts = {row["name"]: row["id"] for row in rows}
-    missing = [
-        system_account_name(r, c)
-        for r, c in wanted
-        if system_account_name(r, c) not in payments.system_accounts
-    ]
+    missing = [name for name, _ in wanted if name not in payments.system_accounts]
     if missing:
         raise RuntimeError(f"system accounts missing after seeding: {missing}")

@@ -36,8 +36,8 @@ class Payments:
     # `system.<role>.<CCY>` -> our account id, seeded at start-up.
     system_accounts: dict[str, uuid.UUID] = field(default_factory=dict)
 
-    def system_account(self, role: SystemAccount, currency: str) -> uuid.UUID:
-        name = system_account_name(role, currency)
+    def system_account(self, role: SystemAccount, currency: str, shard: int | None = None) -> uuid.UUID:
+        name = system_account_name(role, currency, shard)
         found = self.system_accounts.get(name)
         assert found is not None, f"system account {name} was not seeded at start-up"
         return found

@@ -13,7 +13,7 @@ from paymanager.application.ids import new_id
 from paymanager.application.services import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
-from paymanager.domain.channels import AccountKind, Channel, Quote, SystemAccount
+from paymanager.domain.channels import FEE_SHARDS, AccountKind, Channel, Quote, SystemAccount
 from paymanager.domain.errors import CurrencyMismatchError, InvalidInputError, NotFoundError
 from paymanager.domain.money import positive
 
@@ -133,9 +133,12 @@ async def create_intent(
                 {"expires_in_sec": ttl},
             )
         expires_at = now + timedelta(seconds=ttl)
-    fee_account = payments.system_account(SystemAccount.FEES, code) if q.fee.amount > 0 else None
+    intent_id = new_id()
+    fee_account = None
+    if q.fee.amount > 0:
+        fee_account = payments.system_account(SystemAccount.FEES, code, intent_id.int % FEE_SHARDS)
     row = await conn.fetchrow(
-        Q["intent_insert"], new_id(), caller.id, channel.name.value, q.amount.amount, q.fee.amount, code,
+        Q["intent_insert"], intent_id, caller.id, channel.name.value, q.amount.amount, q.fee.amount, code,
         payer.id, payee.id, fee_account, request.description, request.metadata, now, expires_at,
     )  # fmt: skip
     # No NOTIFY: nothing can follow an intent over SSE before it exists. Redis subscribers (who may

@@ -45,8 +45,25 @@ class SystemAccount(StrEnum):
     NOSTRO_IPPS = "nostro.ipps"  # money paid out through IPPS, mirrored by the partner balance
 
 
-def system_account_name(role: SystemAccount, currency: str) -> str:
-    return f"system.{role.value}.{currency}"
+# Every intent with a fee credits a fee account when it is held and when it settles, and the ledger
+# locks that account's row until the transaction commits: one fee account per currency would make
+# every settlement wait for the previous one. Fees are spread over this many shards instead
+# (`system.fees.THB.0` ... `.7`); fee revenue is the sum of the shards.
+FEE_SHARDS = 8
+
+
+def system_account_name(role: SystemAccount, currency: str, shard: int | None = None) -> str:
+    suffix = "" if shard is None else f".{shard}"
+    return f"system.{role.value}.{currency}{suffix}"
+
+
+def system_account_names(currency: str) -> list[str]:
+    """Every system account of a currency: funding, the fee shards, the IPPS nostro."""
+    return [
+        system_account_name(SystemAccount.FUNDING, currency),
+        *(system_account_name(SystemAccount.FEES, currency, shard) for shard in range(FEE_SHARDS)),
+        system_account_name(SystemAccount.NOSTRO_IPPS, currency),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
