@@ -30,6 +30,7 @@ from paymanager.api.signing import (
 from paymanager.application import services
 from paymanager.application.context import Payments
 from paymanager.application.services import ServiceIdentity
+from paymanager.db.pool import Conn
 from paymanager.domain.channels import ADMIN_SCOPE
 
 # Declared as security schemes so Swagger UI shows the three headers; our own checks do the work.
@@ -122,15 +123,41 @@ async def authenticate(
         raise _unauthorized(
             "bad_signature", "X-Signature does not match the request (see the API description)"
         )
-    expires = datetime.fromtimestamp(stamp, UTC) + timedelta(seconds=skew)
-    async with payments.pool.acquire() as conn:
-        first = await services.remember_signature(conn, bytes.fromhex(expected), identity.id, expires)
-    if not first:
+    used = UsedSignature(
+        bytes.fromhex(expected), identity.id, datetime.fromtimestamp(stamp, UTC) + timedelta(seconds=skew)
+    )
+    if request.method == "POST":
+        # Every POST runs in one transaction (`run_idempotent`), which remembers the signature as its
+        # first statement: one commit per POST instead of two.
+        request.state.used_signature = used
+    else:
+        async with payments.pool.acquire() as conn:
+            await remember(conn, used)
+    request.state.service = identity
+    return identity
+
+
+@dataclass(frozen=True, slots=True)
+class UsedSignature:
+    signature: bytes
+    service_id: str
+    expires_at: datetime
+
+
+async def remember(conn: Conn, used: UsedSignature) -> None:
+    """Record an accepted signature, or answer 401 `replayed` when it was accepted before. Inside a
+    transaction a concurrent replay waits here for the first request's commit, then is refused."""
+    if not await services.remember_signature(conn, used.signature, used.service_id, used.expires_at):
         raise _unauthorized(
             "replayed", "this signature was already used; sign each request with a fresh timestamp"
         )
-    request.state.service = identity
-    return identity
+
+
+async def remember_post_signature(request: Request, conn: Conn) -> None:
+    """The POST half of the replay check, on the request's own transaction."""
+    used: UsedSignature | None = getattr(request.state, "used_signature", None)
+    assert used is not None, "a POST reached its work without passing authenticate"
+    await remember(conn, used)
 
 
 async def require_admin(

@@ -9,6 +9,7 @@ import asyncpg
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from paymanager.api.auth import remember_post_signature
 from paymanager.api.errors import domain_error_body, domain_status, error_body
 from paymanager.application import idempotency
 from paymanager.application.context import Payments
@@ -34,6 +35,7 @@ async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) 
     digest = idempotency.request_hash(request.method, path, body)
     events: list[dict[str, Any]] = []
     async with payments.pool.acquire() as conn, conn.transaction():
+        await remember_post_signature(request, conn)
         stored = await idempotency.claim(
             conn, caller.id, key, request.method, path, digest, payments.clock(),
             payments.settings.idempotency_key_ttl_sec,

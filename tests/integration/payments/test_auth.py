@@ -110,3 +110,27 @@ async def test_body_over_the_limit_answers_413(api: Api) -> None:
     response = await api.http.post("/accounts", content=body, headers=headers)
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "payload_too_large"
+
+
+async def test_every_post_route_refuses_a_replayed_signature(api: Api) -> None:
+    """POSTs remember their signature inside their own transaction; none may skip it."""
+    bodies = {
+        "/accounts": {"kind": "user", "currency": "THB"},
+        "/intents/quote": {"channel": "internal-p2p", "amount": 100, "currency": "THB"},
+        "/intents": {"channel": "internal-p2p", "amount": 100, "currency": "THB"},
+        "/policies": {"channel": "internal-p2p", "max_amount": 10},
+    }
+    spec = (await api.http.get("/openapi.json")).json()
+    posts = [path for path, operations in spec["paths"].items() if "post" in operations]
+    assert len(posts) >= 6
+    for path in posts:
+        concrete = path.replace("{intent_id}", "00000000-0000-7000-8000-000000000000")
+        body = orjson.dumps(bodies.get(path)) if path in bodies else b""
+        headers = api.admin.headers_for("POST", concrete, body) | {"Idempotency-Key": f"replay-{path}"}
+        if body:
+            headers["Content-Type"] = "application/json"
+        first = await api.http.post(concrete, content=body, headers=headers)
+        assert first.status_code != 401, (path, first.text)
+        again = await api.http.post(concrete, content=body, headers=headers)
+        assert again.status_code == 401, (path, again.text)
+        assert again.json()["error"]["code"] == "replayed"
