@@ -42,35 +42,43 @@ async def reconcile(payments: Payments, *, batch_size: int, max_intents: int) ->
             rows = await conn.fetch(Q["intent_confirmed_batch"], cursor[0], cursor[1], batch_size)
         if not rows:
             break
+        report.examined += len(rows)
+        now = payments.clock()
         for row in rows:
-            report.examined += 1
-            await _reconcile_one(payments, row["id"], row["settle_deadline_at"], report)
+            if now >= row["settle_deadline_at"]:
+                await _fail_past_deadline(payments, row["id"], report)
+        await _enqueue_missing(payments, [r["id"] for r in rows if now < r["settle_deadline_at"]], report)
         cursor = (rows[-1]["settle_deadline_at"], rows[-1]["id"])
     log.info("reconciled stuck intents", examined=report.examined, reenqueued=report.reenqueued,
              failed=report.failed)  # fmt: skip
     return report
 
 
-async def _reconcile_one(
-    payments: Payments, intent_id: uuid.UUID, deadline: datetime, report: ReconcileReport
-) -> None:
-    if payments.clock() >= deadline:
-        async with payments.pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(Q["intent_lock"], intent_id)
-            if row is None or row["status"] != IntentStatus.CONFIRMED:
-                return
-            updated = await finish(
-                payments, conn, row, IntentStatus.FAILED, settled_by=f"reconciler:{payments.process_id}",
-                reason=DEADLINE_PASSED,
-            )  # fmt: skip
-        report.failed += 1
-        log.warning("failed an intent past its settlement deadline", intent_id=str(intent_id))
-        await publish(payments, events.event_payload(updated))
+async def _enqueue_missing(payments: Payments, intent_ids: list[uuid.UUID], report: ReconcileReport) -> None:
+    """One transaction per batch: an enqueue under a live job's unique key changes nothing."""
+    if not intent_ids:
         return
+    created: list[uuid.UUID] = []
     async with payments.pool.acquire() as conn, conn.transaction():
-        created = await enqueue_settlement(payments, conn, intent_id)
-    if created:
-        report.reenqueued += 1
+        for intent_id in intent_ids:
+            if await enqueue_settlement(payments, conn, intent_id):
+                created.append(intent_id)
+    report.reenqueued += len(created)
+    for intent_id in created:
         log.warning(
             "re-enqueued the settlement of a confirmed intent with no live job", intent_id=str(intent_id)
         )
+
+
+async def _fail_past_deadline(payments: Payments, intent_id: uuid.UUID, report: ReconcileReport) -> None:
+    async with payments.pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(Q["intent_lock"], intent_id)
+        if row is None or row["status"] != IntentStatus.CONFIRMED:
+            return
+        updated = await finish(
+            payments, conn, row, IntentStatus.FAILED, settled_by=f"reconciler:{payments.process_id}",
+            reason=DEADLINE_PASSED,
+        )  # fmt: skip
+    report.failed += 1
+    log.warning("failed an intent past its settlement deadline", intent_id=str(intent_id))
+    await publish(payments, events.event_payload(updated))
