@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 
 from paymanager.api.auth import authenticate
+from paymanager.api.errors import domain_error_body, domain_status
 from paymanager.api.event_hub import IntentEventHub
 from paymanager.api.idempotent import run_idempotent
 from paymanager.api.schemas import IntentCreate, IntentList, IntentOut, QuoteOut, QuoteRequest
@@ -26,6 +27,7 @@ from paymanager.application.intent_queries import LIST_LIMIT_MAX, get_intent, in
 from paymanager.application.services import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import ChannelName
+from paymanager.domain.errors import IntentExpiredError
 from paymanager.domain.intents import TERMINAL, IntentStatus
 
 router = APIRouter(prefix="/intents", tags=["intents"])
@@ -77,7 +79,13 @@ async def confirm(
     payments: Payments = request.app.state.payments
 
     async def work(conn: Conn, pending: list[dict[str, Any]]) -> tuple[int, Any]:
-        return 200, intent_view(await confirm_intent(payments, conn, caller, intent_id, pending))
+        row = await confirm_intent(payments, conn, caller, intent_id, pending)
+        if row["status"] == IntentStatus.EXPIRED:
+            expired = IntentExpiredError(
+                "the invoice expired before it was confirmed", {"intent": intent_view(row)}
+            )
+            return domain_status(expired), domain_error_body(expired)
+        return 200, intent_view(row)
 
     return await run_idempotent(request, caller, work)
 

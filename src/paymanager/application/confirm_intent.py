@@ -15,9 +15,9 @@ from paymanager.application.context import Payments
 from paymanager.application.ids import new_id
 from paymanager.application.intent_queries import get_intent
 from paymanager.application.services import ServiceIdentity
+from paymanager.application.settle_intent import EXPIRED, finish
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
-from paymanager.domain.errors import IntentExpiredError
 from paymanager.domain.intents import IntentStatus, transition
 from paymanager.jobs import OUTBOX_SCHEDULE, enqueue
 
@@ -55,15 +55,18 @@ async def confirm_intent(
     intent_id: uuid.UUID,
     pending: list[dict[str, Any]],
 ) -> Any:
+    """The confirmed intent; or, for an invoice past `expires_at`, the intent now `expired`."""
     row = await get_intent(conn, caller, intent_id, lock=True)
     channel = payments.channels.get(row["channel"])
     now = payments.clock()
     transition(IntentStatus(row["status"]), IntentStatus.CONFIRMED, expires=channel.expires)
     if row["expires_at"] is not None and now >= row["expires_at"]:
-        raise IntentExpiredError(
-            "the invoice expired before it was confirmed",
-            {"intent_id": str(intent_id), "expires_at": row["expires_at"].isoformat()},
+        # The invoice expires now (committed), and the caller learns it from the returned status.
+        expired = await finish(
+            payments, conn, row, IntentStatus.EXPIRED, settled_by="confirm", reason=EXPIRED
         )
+        pending.append(events.event_payload(expired))
+        return expired
     deadline_sec = payments.settings.intent_settle_deadline_sec
     hold_id = new_id()
     await ledger_ops.hold(payments.ledger, conn, row, hold_id, deadline_sec + HOLD_TIMEOUT_MARGIN_SEC)

@@ -81,3 +81,19 @@ WITH finished AS (
     RETURNING intent_id
 )
 SELECT finished.* FROM finished JOIN recorded ON recorded.intent_id = finished.id;
+
+-- name: intent_expire_due
+-- Expires up to $2 created invoices whose expires_at passed at $1, in one statement; rows another
+-- process is expiring (or confirming) are skipped, so concurrent sweeps never expire one twice.
+WITH due AS (
+    SELECT id FROM intent
+     WHERE status = 'created' AND expires_at <= $1
+     ORDER BY expires_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE intent
+   SET status = 'expired', version = version + 1, finished_at = $1, updated_at = $1, failure_reason = $3
+  FROM due
+ WHERE intent.id = due.id
+RETURNING intent.*;

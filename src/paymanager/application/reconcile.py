@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from paymanager.application import events
 from paymanager.application.confirm_intent import enqueue_settlement
 from paymanager.application.context import Payments
-from paymanager.application.settle_intent import DEADLINE_PASSED, finish, publish
+from paymanager.application.settle_intent import DEADLINE_PASSED, EXPIRED, finish, publish
 from paymanager.db.sql import load_queries
 from paymanager.domain.intents import IntentStatus
 from paymanager.logging import get_logger
@@ -31,11 +31,13 @@ class ReconcileReport:
     examined: int = 0
     reenqueued: int = 0
     failed: int = 0
+    expired: int = 0
 
 
 async def reconcile(payments: Payments, *, batch_size: int, max_intents: int) -> ReconcileReport:
     """Walk confirmed intents in deadline order, at most `max_intents` of them, `batch_size` at a time."""
     report = ReconcileReport()
+    await expire_due_invoices(payments, batch_size=batch_size, max_intents=max_intents, report=report)
     cursor = _START
     while report.examined < max_intents:
         async with payments.pool.acquire() as conn:
@@ -50,7 +52,7 @@ async def reconcile(payments: Payments, *, batch_size: int, max_intents: int) ->
         await _enqueue_missing(payments, [r["id"] for r in rows if now < r["settle_deadline_at"]], report)
         cursor = (rows[-1]["settle_deadline_at"], rows[-1]["id"])
     log.info("reconciled stuck intents", examined=report.examined, reenqueued=report.reenqueued,
-             failed=report.failed)  # fmt: skip
+             failed=report.failed, expired=report.expired)  # fmt: skip
     return report
 
 
@@ -82,3 +84,19 @@ async def _fail_past_deadline(payments: Payments, intent_id: uuid.UUID, report: 
     report.failed += 1
     log.warning("failed an intent past its settlement deadline", intent_id=str(intent_id))
     await publish(payments, events.event_payload(updated))
+
+
+async def expire_due_invoices(
+    payments: Payments, *, batch_size: int, max_intents: int, report: ReconcileReport
+) -> None:
+    """Merchant invoices left created past `expires_at` become expired, one statement per batch."""
+    while report.expired < max_intents:
+        async with payments.pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(Q["intent_expire_due"], payments.clock(), batch_size, EXPIRED)
+            for row in rows:
+                await events.notify(conn, events.event_payload(row))
+        report.expired += len(rows)
+        for row in rows:
+            await publish(payments, events.event_payload(row))
+        if len(rows) < batch_size:
+            return

@@ -23,6 +23,7 @@ Q = load_queries("paymanager.application", "intents.sql")
 log = get_logger("paymanager.settlement")
 
 DEADLINE_PASSED = "settlement deadline passed"
+EXPIRED = "the invoice expired before it was confirmed"
 
 
 async def finish(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
 
+from paymanager.application.reconcile import reconcile
 from paymanager.application.settle_intent import settle
 from tests.integration.payments.conftest import Api
 
@@ -163,14 +164,32 @@ async def test_merchant_invoice_cannot_be_confirmed_after_it_expired(api: Api) -
     )  # fmt: skip
     assert invoice.status_code == 201, invoice.text
     assert invoice.json()["expires_at"] is not None
-    from datetime import UTC, datetime
-
     api.clock.now = datetime.now(UTC) + timedelta(seconds=61)
     refused = await api.client.request(
         "POST", f"/intents/{invoice.json()['id']}/confirm", timestamp=int(api.clock.now.timestamp())
     )
     assert refused.status_code == 409
     assert refused.json()["error"]["code"] == "intent_expired"
+    assert refused.json()["error"]["details"]["intent"]["status"] == "expired"
+    api.clock.now = None
+    assert (await api.client.get(f"/intents/{invoice.json()['id']}")).json()["status"] == "expired"
+
+
+async def test_reconciler_expires_invoices_left_past_their_expiry(api: Api) -> None:
+    payer = await api.client.open_account()
+    merchant = await api.client.open_account(kind="merchant")
+    body = {
+        "channel": "merchant-invoice", "amount": 100, "currency": "THB", "payer_account_id": payer,
+        "payee_account_id": merchant, "expires_in_sec": 60,
+    }  # fmt: skip
+    due = (await api.client.post("/intents", body)).json()["id"]
+    fresh = (await api.client.post("/intents", body | {"expires_in_sec": 3_600})).json()["id"]
+    api.clock.now = datetime.now(UTC) + timedelta(seconds=120)
+    report = await reconcile(api.payments, batch_size=1, max_intents=100)
+    api.clock.now = None
+    assert report.expired == 1
+    assert (await api.client.get(f"/intents/{due}")).json()["status"] == "expired"
+    assert (await api.client.get(f"/intents/{fresh}")).json()["status"] == "created"
 
 
 async def test_bad_input_is_4xx_with_the_error_shape(api: Api) -> None:
