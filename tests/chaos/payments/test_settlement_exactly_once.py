@@ -107,6 +107,12 @@ async def test_killed_worker_does_not_make_any_intent_settle_twice(
         "WHERE i.channel = 'internal-p2p' AND s.outcome = 'posted'"
     )
     assert posted == INTENTS
+    # The kill must have interrupted settlements for this test to mean anything: the jobs the victim
+    # held were rescued after their leases expired and settled by the survivor.
+    rescued = await pool.fetchval(
+        "SELECT count(*) FROM job WHERE kind = 'intent.settle' AND stalled_count > 0"
+    )
+    assert rescued > 0
     fee = int(await pool.fetchval("SELECT fee FROM intent WHERE channel = 'internal-p2p' LIMIT 1"))
     per_account = INTENTS // PAYERS
     for payer, payee in zip(payers, payees, strict=True):
