@@ -6,8 +6,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
+import orjson
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from paymanager.api.auth import remember_post_signature
 from paymanager.api.errors import domain_error_body, domain_status, error_body
@@ -27,7 +28,7 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 Work = Callable[[Conn, list[dict[str, Any]]], Awaitable[tuple[int, Any]]]
 
 
-async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) -> JSONResponse:
+async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) -> Response:
     payments: Payments = request.app.state.payments
     key = idempotency.check_key(request.headers.get("Idempotency-Key"))
     body = await request.body()
@@ -41,14 +42,16 @@ async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) 
             payments.settings.idempotency_key_ttl_sec,
         )  # fmt: skip
         if stored is not None:
-            return JSONResponse(
-                stored.body, status_code=stored.status_code, headers={REPLAYED_HEADER: "true"}
-            )
+            return _json(stored.body, stored.status_code, {REPLAYED_HEADER: "true"})
         status, payload = await _attempt(conn, work, events)
         await idempotency.store(conn, caller.id, key, idempotency.StoredOutcome(status, payload))
     for event in events:
         await publish(payments, event)
-    return JSONResponse(payload, status_code=status)
+    return _json(payload, status)
+
+
+def _json(payload: Any, status: int, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, headers=headers, media_type="application/json")
 
 
 async def _attempt(conn: Conn, work: Work, events: list[dict[str, Any]]) -> tuple[int, Any]:

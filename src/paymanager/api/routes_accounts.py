@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Security
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from paymanager.api.auth import authenticate
 from paymanager.api.idempotent import run_idempotent
@@ -24,7 +24,7 @@ router = APIRouter(prefix="/accounts", tags=["accounts"])
 @router.post("", status_code=201, response_model=AccountOut, summary="Open a user or merchant account")
 async def create_account(
     body: AccountCreate, request: Request, caller: ServiceIdentity = Security(authenticate)
-) -> JSONResponse:
+) -> Response:
     payments: Payments = request.app.state.payments
     wanted = accounts.OpenAccount(AccountKind(body.kind), body.currency, body.reference)
 

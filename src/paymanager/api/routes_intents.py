@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Query, Request, Security
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from sse_starlette.sse import EventSourceResponse
 
 from paymanager.api.auth import authenticate
@@ -39,7 +39,7 @@ STREAM_RECHECK_S = 5.0
 @router.post("/quote", response_model=QuoteOut, summary="The fee and total of an amount on a channel")
 async def quote_intent(
     body: QuoteRequest, request: Request, caller: ServiceIdentity = Security(authenticate)
-) -> JSONResponse:
+) -> Response:
     payments: Payments = request.app.state.payments
 
     async def work(_: Conn, __: list[dict[str, Any]]) -> tuple[int, Any]:
@@ -51,7 +51,7 @@ async def quote_intent(
 @router.post("", status_code=201, response_model=IntentOut, summary="Create an intent (status created)")
 async def create(
     body: IntentCreate, request: Request, caller: ServiceIdentity = Security(authenticate)
-) -> JSONResponse:
+) -> Response:
     payments: Payments = request.app.state.payments
     wanted = IntentRequest(
         body.channel.value, body.amount, body.currency, body.payer_account_id, body.payee_account_id,
@@ -75,7 +75,7 @@ async def create(
 )
 async def confirm(
     intent_id: uuid.UUID, request: Request, caller: ServiceIdentity = Security(authenticate)
-) -> JSONResponse:
+) -> Response:
     payments: Payments = request.app.state.payments
 
     async def work(conn: Conn, pending: list[dict[str, Any]]) -> tuple[int, Any]:
@@ -97,7 +97,7 @@ async def confirm(
 )
 async def cancel(
     intent_id: uuid.UUID, request: Request, caller: ServiceIdentity = Security(authenticate)
-) -> JSONResponse:
+) -> Response:
     payments: Payments = request.app.state.payments
 
     async def work(conn: Conn, pending: list[dict[str, Any]]) -> tuple[int, Any]:

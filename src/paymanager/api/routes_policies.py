@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request, Security
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from paymanager.api.auth import require_admin
 from paymanager.api.idempotent import run_idempotent
@@ -22,7 +22,7 @@ router = APIRouter(prefix="/policies", tags=["policies"])
 @router.post("", response_model=PolicyOut, summary="Create or replace the policy of a channel (and service)")
 async def put_policy(
     body: PolicyPut, request: Request, caller: ServiceIdentity = Security(require_admin)
-) -> JSONResponse:
+) -> Response:
     payments: Payments = request.app.state.payments
     given = policies.PolicyInput(
         body.channel.value, body.service_id, body.min_amount, body.max_amount, body.daily_volume_per_account,
