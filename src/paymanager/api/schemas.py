@@ -19,9 +19,15 @@ CurrencyCode = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217
 
 
 def _no_nul(value: Any) -> Any:
-    """PostgreSQL text cannot hold NUL characters; refuse them as bad input rather than fail later."""
-    if isinstance(value, str) and "\x00" in value:
-        raise ValueError("text must not contain NUL characters")
+    """Text PostgreSQL can store: no NUL characters and no lone surrogates (not UTF-8); refused as bad
+    input here rather than failing later in the driver."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("text must not contain NUL characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("text must be valid Unicode (no lone surrogates)") from None
     if isinstance(value, dict):
         for key, item in value.items():
             _no_nul(key)
@@ -103,7 +109,12 @@ class IntentCreate(_Strict):
     @field_validator("metadata")
     @classmethod
     def _small(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if len(orjson.dumps(value)) > METADATA_BYTES_MAX:
+        try:
+            encoded = orjson.dumps(value)
+        except orjson.JSONEncodeError as exc:
+            # Integers beyond 64 bits or nesting deeper than 254 levels cannot be stored as JSON here.
+            raise ValueError(f"metadata cannot be stored: {exc}") from None
+        if len(encoded) > METADATA_BYTES_MAX:
             raise ValueError(f"metadata must be at most {METADATA_BYTES_MAX} bytes as JSON")
         return value
 

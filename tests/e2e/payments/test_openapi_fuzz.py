@@ -66,4 +66,5 @@ def test_no_generated_request_gets_a_server_error(server: Server) -> None:
                 )
 
         check()
-    assert not failures, "\n".join(failures)
+    errors = [line for line in server.process.output.splitlines() if "unhandled error" in line]
+    assert not failures, "\n".join(failures + errors[-3:])

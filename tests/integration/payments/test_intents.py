@@ -263,3 +263,20 @@ async def test_schema_refuses_a_transition_the_state_machine_does_not_draw(api: 
                 "WHERE id = $1::uuid",
                 created.json()["id"],
             )
+
+
+async def test_unstorable_text_and_json_are_422_not_500(api: Api) -> None:
+    account = await api.client.open_account()
+    prefix = f'{{"channel": "internal-p2p", "amount": 1, "currency": "THB", "payer_account_id": "{account}"'
+    bodies = [
+        prefix + ', "description": "\\ud800"}',
+        prefix + ', "metadata": {"big": 1180591620717411303424}}',
+        prefix + ', "metadata": {"k\\ud800": 1}}',
+        prefix + ', "metadata": ' + "[" * 300 + "]" * 300 + "}",
+    ]
+    for text in bodies:
+        body = text.encode()
+        headers = api.client.headers_for("POST", "/intents", body)
+        headers |= {"Idempotency-Key": str(uuid.uuid4()), "Content-Type": "application/json"}
+        response = await api.http.post("/intents", content=body, headers=headers)
+        assert response.status_code == 422, (text[:80], response.text)
