@@ -39,6 +39,7 @@ _timestamp_header = APIKeyHeader(name=TIMESTAMP_HEADER, auto_error=False, scheme
 _signature_header = APIKeyHeader(name=SIGNATURE_HEADER, auto_error=False, scheme_name="Signature")
 
 CACHE_ENTRIES_MAX = 10_000
+TIMESTAMP_CHARS_MAX = 12
 
 
 def _unauthorized(reason: str, message: str, details: dict[str, object] | None = None) -> ApiError:
@@ -73,6 +74,9 @@ class ServiceCache:
 
 def _parse_timestamp(raw: str, now: datetime, skew_sec: int) -> int:
     try:
+        # Unix seconds have 10 digits until 2286; a longer value is refused before any arithmetic.
+        if len(raw) > TIMESTAMP_CHARS_MAX:
+            raise ValueError(raw)
         stamp = int(raw)
     except ValueError:
         raise _unauthorized(

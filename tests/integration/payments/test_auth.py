@@ -85,10 +85,12 @@ async def test_timestamps_exactly_300_s_away_pass_and_301_s_away_fail(api: Api) 
 
 
 async def test_a_timestamp_that_is_not_a_number_is_stale(api: Api) -> None:
-    headers = api.client.headers_for("GET", "/intents", b"")
-    headers["X-Timestamp"] = "yesterday"
-    response = await api.http.get("/intents", headers=headers)
-    assert response.json()["error"]["code"] == "stale_timestamp"
+    for value in ("yesterday", "9" * 400, "-1", "1e9"):
+        headers = api.client.headers_for("GET", "/intents", b"")
+        headers["X-Timestamp"] = value
+        response = await api.http.get("/intents", headers=headers)
+        assert response.status_code == 401, value
+        assert response.json()["error"]["code"] == "stale_timestamp"
 
 
 async def test_admin_routes_refuse_a_service_without_the_scope(api: Api) -> None:
