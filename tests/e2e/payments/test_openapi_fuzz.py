@@ -17,7 +17,7 @@ from tests.e2e.payments.conftest import Server
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES_PER_OPERATION = 8
+EXAMPLES_PER_OPERATION = 30
 
 
 class HmacAuth(requests.auth.AuthBase):
