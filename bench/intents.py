@@ -215,7 +215,7 @@ async def end_to_end(
     procs = workers(url, 2)
     results = []
     try:
-        await wait_http(port)
+        await wait_http(port, api)
         async with httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{port}", timeout=30, limits=httpx.Limits(max_connections=200)
         ) as http:
@@ -227,16 +227,18 @@ async def end_to_end(
     return results
 
 
-async def wait_http(port: int) -> None:
+async def wait_http(port: int, process: PaymanagerProcess) -> None:
     async with httpx.AsyncClient() as http:
-        for _ in range(300):
+        for _ in range(1_200):
+            if process.proc.poll() is not None:
+                raise RuntimeError(f"the api process exited:\n{process.output[-3000:]}")
             try:
                 if (await http.get(f"http://127.0.0.1:{port}/livez")).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             await asyncio.sleep(0.1)
-    raise TimeoutError("api did not start")
+    raise TimeoutError(f"the api did not start:\n{process.output[-3000:]}")
 
 
 async def one_rate(
