@@ -35,12 +35,16 @@ def sign_command(
     service_id: ServiceId = "",
     secret: Secret = "",
 ) -> None:
-    """Print the X-Service-Id, X-Timestamp and X-Signature headers of one request (valid ±300 s, once)."""
+    """Print the X-Service-Id, X-Timestamp and X-Signature headers of one request (valid ±300 s, once),
+    and a fresh Idempotency-Key for a POST."""
     if not service_id or not secret:
         raise typer.BadParameter("set --service-id and --secret (or PAYMANAGER_SERVICE_ID/_SECRET)")
     headers = signed_headers(
         service_id, secret.encode(), method, _target(path), int(time.time()), body.encode()
     )
+    if method.upper() == "POST":
+        # Every POST needs one; printed so the lines can be pasted as curl -H arguments as they are.
+        headers["Idempotency-Key"] = str(uuid.uuid4())
     for name, value in headers.items():
         typer.echo(f"{name}: {value}")
 
