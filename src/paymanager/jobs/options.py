@@ -37,6 +37,8 @@ class WorkerOptions:
     poll_interval_ms: int = 1_000
     # Most jobs claimed by one statement (over all queues).
     claim_batch_max: int = 500
+    # Claims in flight at once, each on its own pooled connection (held for the worker's life).
+    claim_pipeline: int = 2
     # Most completions written by one statement; more wait for the next flush.
     complete_batch_max: int = 1_000
     default_max_attempts: int = 25
@@ -50,6 +52,8 @@ class WorkerOptions:
     # Due scheduled/retryable jobs promoted per poll, at most.
     promote_batch_max: int = 1_000
     redis_url: str | None = None
+    # `completed` events cost a NOTIFY per 25 jobs; a deployment with no subscriber may turn them off.
+    notify_completed_events: bool = True
 
     def __post_init__(self) -> None:
         if not self.owner or len(self.owner) > 200:
@@ -64,6 +68,7 @@ class WorkerOptions:
         _within("poll_interval_ms", self.poll_interval_ms, 10, 3_600_000)
         _within("claim_batch_max", self.claim_batch_max, 1, CLAIM_BATCH_MAX)
         _within("complete_batch_max", self.complete_batch_max, 1, 10_000)
+        _within("claim_pipeline", self.claim_pipeline, 1, 8)
         _within("default_max_attempts", self.default_max_attempts, 1, ATTEMPTS_MAX)
         _within("default_timeout_ms", self.default_timeout_ms, 1, 86_400_000)
         _within("sync_threads", self.sync_threads, 1, 256)
