@@ -338,7 +338,11 @@ async def retention_run(dsn: str, total: int, rounds: int) -> list[tuple[int, in
     worker = Worker(pool, dsn, registry, {QUEUE: CONCURRENCY}, WorkerOptions(owner="retention"))
     retention = Retention(completed_age_ms=60_000, completed_count=1_000)
     maintenance = Maintenance(
-        pool, dsn, MaintenanceOptions(prune_interval_ms=500, retention=retention, prune_batch_max=5_000)
+        pool,
+        dsn,
+        MaintenanceOptions(
+            prune_interval_ms=500, retention=retention, prune_batch_max=5_000, vacuum_interval_ms=2_000
+        ),
     )
     await worker.start()
     await maintenance.start()
@@ -407,6 +411,9 @@ def one_round(engine: str, dsn: str, n: int) -> dict[str, float]:
 
 
 def bench(args: argparse.Namespace) -> None:
+    from paymanager.logging import configure_logging
+
+    configure_logging("warning", "json")
     n = args.jobs
     print(
         f"# job engine benchmark: {n} jobs, concurrency {CONCURRENCY} per worker process "

@@ -387,3 +387,9 @@ SELECT pg_try_advisory_lock($1)
 
 -- name: job_leader_unlock
 SELECT pg_advisory_unlock($1)
+
+-- name: job_vacuum
+-- Run by the maintenance leader between autovacuum's passes (autovacuum wakes once a minute at best,
+-- which at thousands of jobs a second leaves millions of dead tuples): space freed by claims,
+-- completions and pruning is reused at once, so the table stops growing.
+VACUUM (ANALYZE) job

@@ -137,6 +137,8 @@ class MaintenanceOptions:
     promote_batch_max: int = 10_000
     # How often a follower tries to become the leader.
     election_interval_ms: int = 2_000
+    # How often the leader vacuums the jobs table; None leaves it to autovacuum alone.
+    vacuum_interval_ms: int | None = 30_000
 
     def __post_init__(self) -> None:
         _within("rescue_interval_ms", self.rescue_interval_ms, 10, 3_600_000)
@@ -148,6 +150,8 @@ class MaintenanceOptions:
         _within("promote_interval_ms", self.promote_interval_ms, 10, 3_600_000)
         _within("promote_batch_max", self.promote_batch_max, 1, 100_000)
         _within("election_interval_ms", self.election_interval_ms, 10, 600_000)
+        if self.vacuum_interval_ms is not None:
+            _within("vacuum_interval_ms", self.vacuum_interval_ms, 1_000, 86_400_000)
         names = [p.name for p in self.periodic]
         if len(names) != len(set(names)):
             raise ValueError(f"periodic job names must be unique: {names}")
