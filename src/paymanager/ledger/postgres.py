@@ -229,14 +229,7 @@ class PostgresLedger:
             account_ids.add(t.credit_account_id)
             if t.flags & _POST_OR_VOID:
                 pending_ids.add(t.pending_id)
-        if pending_ids:
-            for r in await conn.fetch(Q["transfer_pending_accounts"], _valid_ids(pending_ids)):
-                account_ids.add(r[0].int)
-                account_ids.add(r[1].int)
-        rows = await conn.fetch(Q["account_lock_many"], _valid_ids(account_ids))
-        state = BatchState.from_accounts([_account_from_row(r) for r in rows])
-        referenced = {t.id for t in transfers} | pending_ids
-        await _load_transfers(conn, state, referenced)
+        state = await _load_batch(conn, account_ids, pending_ids, {t.id for t in transfers})
         for pending_id in pending_ids:
             p = state.transfers.get(pending_id)
             if p is not None and not (
@@ -251,9 +244,7 @@ class PostgresLedger:
         if not candidates:
             return 0
         account_ids = {r[1].int for r in candidates} | {r[2].int for r in candidates}
-        rows = await conn.fetch(Q["account_lock_many"], _valid_ids(account_ids))
-        state = BatchState.from_accounts([_account_from_row(r) for r in rows])
-        await _load_transfers(conn, state, {r[0].int for r in candidates})
+        state = await _load_batch(conn, account_ids, set(), {r[0].int for r in candidates})
         expired = 0
         for pending_id, pending in list(state.pending.items()):
             # Re-checked under the account locks: a concurrent post may have resolved it meanwhile.
@@ -318,6 +309,7 @@ class PostgresLedger:
             sums = await conn.fetch(Q["ledger_verify_account_sums"], _VERIFY_ROWS_MAX)
             flags = await conn.fetch(Q["ledger_verify_flags"], _VERIFY_ROWS_MAX)
             pending = await conn.fetch(Q["ledger_verify_pending"], _VERIFY_ROWS_MAX)
+            dangling = await conn.fetch(Q["ledger_verify_references"], _VERIFY_ROWS_MAX)
         assert totals is not None
         result = Verification(
             accounts=totals["accounts"],
@@ -348,6 +340,8 @@ class PostgresLedger:
             result.violations.append(f"account {r['id'].int}: balances break its flags {r['flags']}")
         for r in pending:
             result.violations.append(f"pending transfer {r['id'].int}: missing or inconsistent pending state")
+        for r in dangling:
+            result.violations.append(f"transfer {r['id'].int}: refers to an account that does not exist")
         return result
 
     async def ping(self) -> None:
@@ -363,17 +357,32 @@ def _check_batch(size: int) -> None:
         raise BatchTooLargeError(size, BATCH_MAX)
 
 
-async def _load_transfers(conn: Conn, state: BatchState, ids: set[int]) -> None:
-    if not ids:
-        return
-    for r in await conn.fetch(Q["transfer_state_many"], _valid_ids(ids)):
-        if r[0] == "T":
-            transfer = _transfer_from_row(r, 1)
+async def _load_batch(conn: Conn, account_ids: set[int], pending_ids: set[int], ids: set[int]) -> BatchState:
+    """Lock the accounts and read the transfers a batch touches, in one round trip."""
+    state = BatchState()
+    rows = await conn.fetch(
+        Q["batch_load"], _valid_ids(account_ids), _valid_ids(pending_ids), _valid_ids(ids)
+    )
+    for r in rows:
+        kind = r[0]
+        if kind == "A":
+            state.add_account(
+                Account(
+                    r[1].int, r[6], r[7], r[8], r[9], r[2].int, _u64(r[10]), r[11], r[12], r[13], r[14], r[15]
+                )
+            )
+        elif kind == "T":
+            pending_id = r[4]
+            transfer = Transfer(
+                r[1].int, r[2].int, r[3].int, r[6], pending_id.int if pending_id is not None else 0, r[5].int,
+                _u64(r[7]), r[8], r[9], r[10], r[11], r[12], r[13],
+            )  # fmt: skip
             state.transfers[transfer.id] = transfer
-            if r[14] is not None:
-                state.pending[transfer.id] = PendingState(r[14], r[15] or 0)
+            if r[16] is not None:
+                state.pending[transfer.id] = PendingState(r[16], r[14] or 0)
         else:
-            state.failed[r[1].int] = CreateTransferResult[r[14]]
+            state.failed[r[1].int] = CreateTransferResult[r[16]]
+    return state
 
 
 async def _write(conn: Conn, state: BatchState, timestamp: int) -> None:

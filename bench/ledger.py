@@ -1,0 +1,151 @@
+"""Ledger throughput: transfers/s of PostgresLedger against a naive baseline, in the same run.
+
+    .venv/bin/python bench/ledger.py [--transfers 20000] [--keep]
+
+Creates a fresh database on BENCH_DATABASE_URL's server (default: the local PostgreSQL at
+127.0.0.1:5432), migrates it, creates 10,000 accounts and measures:
+  - batches of 1, 100 and 1,000 transfers among the 10,000 accounts (random) and all touching one
+    hot account (hot), one client;
+  - single transfers (batches of 1) from 16 concurrent clients (16 connections);
+  - the naive baseline: one transaction per transfer with an UPDATE per account and an INSERT.
+Prints transfers/s and the ratios the goals of issue 4 are stated in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+
+from paymanager.db import migrations
+from paymanager.db.pool import create_pool
+from paymanager.db.sql import parse_queries
+from paymanager.ledger import Account, PostgresLedger, Transfer
+
+SERVER = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+ACCOUNTS = 10_000
+HOT = ACCOUNTS + 1
+CLIENTS = 16
+NAIVE = parse_queries((Path(__file__).parent / "ledger_naive.sql").read_text(), "bench/ledger_naive.sql")
+
+
+def with_database(url: str, name: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{name}"
+
+
+class Ids:
+    def __init__(self) -> None:
+        self.next = 1 << 64
+
+    def take(self) -> int:
+        self.next += 1
+        return self.next
+
+
+def make_transfers(ids: Ids, count: int, hot: bool, rng: random.Random) -> list[Transfer]:
+    made = []
+    for _ in range(count):
+        debit = rng.randint(1, ACCOUNTS)
+        credit = HOT if hot else rng.randint(1, ACCOUNTS)
+        while credit == debit:
+            credit = rng.randint(1, ACCOUNTS)
+        made.append(Transfer(ids.take(), debit, credit, rng.randint(1, 1000), ledger=1, code=1))
+    return made
+
+
+async def run_batches(ledger: PostgresLedger, transfers: list[Transfer], size: int) -> float:
+    started = time.perf_counter()
+    for i in range(0, len(transfers), size):
+        results = await ledger.create_transfers(transfers[i : i + size])
+        assert all(r.ok for r in results), {r.result for r in results}
+    return len(transfers) / (time.perf_counter() - started)
+
+
+async def run_concurrent(ledger: PostgresLedger, transfers: list[Transfer], clients: int) -> float:
+    async def client(part: list[Transfer]) -> None:
+        for transfer in part:
+            (result,) = await ledger.create_transfers([transfer])
+            assert result.ok, result
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(transfers[i::clients]) for i in range(clients)))
+    return len(transfers) / (time.perf_counter() - started)
+
+
+async def run_naive(pool: asyncpg.Pool, transfers: list[Transfer]) -> float:
+    started = time.perf_counter()
+    async with pool.acquire() as conn:
+        for t in transfers:
+            async with conn.transaction():
+                await conn.execute(NAIVE["naive_debit"], uuid.UUID(int=t.debit_account_id), t.amount)
+                await conn.execute(NAIVE["naive_credit"], uuid.UUID(int=t.credit_account_id), t.amount)
+                await conn.execute(
+                    NAIVE["naive_transfer_insert"],
+                    uuid.UUID(int=t.id), uuid.UUID(int=t.debit_account_id), uuid.UUID(int=t.credit_account_id),
+                    t.amount, time.time_ns(),
+                )  # fmt: skip
+    return len(transfers) / (time.perf_counter() - started)
+
+
+async def bench(total: int, url: str) -> None:
+    pool = await create_pool(url, min_size=2, max_size=CLIENTS + 2)
+    ledger = PostgresLedger(pool)
+    accounts = [Account(i, ledger=1, code=1) for i in range(1, ACCOUNTS + 2)]
+    for i in range(0, len(accounts), 5000):
+        await ledger.create_accounts(accounts[i : i + 5000])
+    rng = random.Random(42)
+    ids = Ids()
+    figures: dict[str, float] = {}
+    # A warm-up so that both sides run with prepared statements and warm caches.
+    await run_batches(ledger, make_transfers(ids, 2000, False, rng), 100)
+    await run_naive(pool, make_transfers(ids, 500, False, rng))
+    for hot in (False, True):
+        for size in (1, 100, 1000):
+            count = total // 10 if size == 1 else total
+            name = f"{'hot' if hot else 'random'} batch {size}"
+            figures[name] = await run_batches(ledger, make_transfers(ids, count, hot, rng), size)
+            print(f"{name:<28} {figures[name]:>10,.0f} transfers/s")
+    figures["16 clients x 1"] = await run_concurrent(ledger, make_transfers(ids, total // 4, False, rng), CLIENTS)
+    print(f"{'16 clients x 1':<28} {figures['16 clients x 1']:>10,.0f} transfers/s")
+    figures["naive"] = await run_naive(pool, make_transfers(ids, total // 10, False, rng))
+    print(f"{'naive (1 tx per transfer)':<28} {figures['naive']:>10,.0f} transfers/s")
+    verification = await ledger.verify()
+    await pool.close()
+    print()
+    print(f"batch 1000 / naive            {figures['random batch 1000'] / figures['naive']:>6.1f}x  (goal >= 10x)")
+    print(f"batch 100 / naive             {figures['random batch 100'] / figures['naive']:>6.1f}x")
+    for size in (1, 100, 1000):
+        ratio = figures[f"hot batch {size}"] / figures[f"random batch {size}"]
+        print(f"hot / random, batch {size:<5}     {ratio:>6.2f}x  (goal >= 0.5x)")
+    print(f"ledger verify: {'ok' if verification.ok else verification.violations}")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transfers", type=int, default=20_000, help="transfers per batched scenario")
+    parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
+    args = parser.parse_args()
+    name = f"pm_bench_ledger_{os.getpid()}"
+    admin = await asyncpg.connect(SERVER)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    url = with_database(SERVER, name)
+    try:
+        conn = await asyncpg.connect(url)
+        await migrations.migrate(conn)
+        await conn.close()
+        await bench(args.transfers, url)
+    finally:
+        if not args.keep:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
