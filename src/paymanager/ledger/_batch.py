@@ -10,7 +10,7 @@ if one of its events fails, so a chain succeeds or fails whole.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,7 +205,9 @@ class BatchState:
 
     # --- transfers -----------------------------------------------------------------------------
 
-    def create_transfers(self, events: Sequence[Transfer], timestamp: int) -> list[TransferEventResult]:
+    def create_transfers(
+        self, events: Sequence[Transfer], timestamp: int, ends: Container[int] | None = None
+    ) -> list[TransferEventResult]:
         def apply_one(index: int, event: Any) -> tuple[int, int]:
             result, ts = self._create_transfer(event, timestamp + index)
             if result in TRANSIENT_TRANSFER_RESULTS:
@@ -216,7 +218,7 @@ class BatchState:
             return int(result), ts
 
         codes = _apply_chains(
-            self, events, apply_one, int(TR.linked_event_failed), int(TR.linked_event_chain_open)
+            self, events, apply_one, int(TR.linked_event_failed), int(TR.linked_event_chain_open), ends
         )
         return [TransferEventResult(ts, TR(code)) for code, ts in codes]
 
@@ -410,17 +412,24 @@ class BatchState:
 
 
 def _apply_chains(
-    state: BatchState, events: Sequence[Any], apply_one: Any, linked_failed: int, chain_open: int
+    state: BatchState,
+    events: Sequence[Any],
+    apply_one: Any,
+    linked_failed: int,
+    chain_open: int,
+    ends: Container[int] | None = None,
 ) -> list[tuple[int, int]]:
     """Apply events in order; a linked chain is journalled and undone whole if one event fails.
 
     The first failing event of a chain keeps its own result; the chain's other events answer
-    `linked_event_failed`. A batch that ends inside a chain answers `linked_event_chain_open` for its
-    last event (TigerBeetle's rule).
+    `linked_event_failed`. A request that ends inside a chain answers `linked_event_chain_open` for
+    its last event (TigerBeetle's rule). `ends` holds the index of the last event of each request
+    when several requests share the batch (default: the batch is one request); no chain crosses one.
     """
     created = 0xFFFFFFFF
     results: list[tuple[int, int]] = [(0, 0)] * len(events)
-    last = len(events) - 1
+    if ends is None:
+        ends = (len(events) - 1,)
     chain_start = -1
     chain_broken = False
     for index, event in enumerate(events):
@@ -431,14 +440,15 @@ def _apply_chains(
         if chain_broken:
             results[index] = (linked_failed, 0)
         else:
-            code, ts = (chain_open, 0) if linked and index == last else apply_one(index, event)
+            at_end = index in ends
+            code, ts = (chain_open, 0) if linked and at_end else apply_one(index, event)
             results[index] = (code, ts)
             if code != created and chain_start >= 0:
                 chain_broken = True
                 state._rollback()
                 for earlier in range(chain_start, index):
                     results[earlier] = (linked_failed, 0)
-        if chain_start >= 0 and not linked:
+        if chain_start >= 0 and (not linked or index in ends):
             chain_start = -1
             chain_broken = False
             state._journal = None

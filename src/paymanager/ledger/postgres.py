@@ -11,8 +11,10 @@ negative under concurrency; the schema's CHECK constraints enforce the same limi
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -54,6 +56,14 @@ _TWO_TO_64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
 _VERIFY_ROWS_MAX = 100
 _TIMESTAMP_JUMP_NS_MAX = 1_000_000
+
+
+@dataclass(slots=True)
+class _Request:
+    """A `create_transfers` call waiting for a batch to carry it."""
+
+    transfers: Sequence[Transfer]
+    results: asyncio.Future[list[TransferEventResult]]
 
 
 class _StaleReadError(Exception):
@@ -116,12 +126,26 @@ class PostgresLedger:
     """The default ledger. `conn=` applies a batch inside the caller's open transaction."""
 
     def __init__(
-        self, pool: Pool, *, clock: Callable[[], int] = time.time_ns, owns_pool: bool = False
+        self,
+        pool: Pool,
+        *,
+        clock: Callable[[], int] = time.time_ns,
+        owns_pool: bool = False,
+        coalesce: bool = True,
+        batches_in_flight: int = 2,
     ) -> None:
+        """`coalesce`: concurrent `create_transfers` calls without `conn` share batches, as
+        TigerBeetle's clients do, with at most `batches_in_flight` batches running at once."""
+        assert 1 <= batches_in_flight <= 64, batches_in_flight
         self._pool = pool
         self._clock = clock
         self._owns_pool = owns_pool
         self._last_timestamp = 0
+        self._coalesce = coalesce
+        self._batches_in_flight_max = batches_in_flight
+        self._batches_in_flight = 0
+        self._waiting: deque[_Request] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def connect(
@@ -151,7 +175,49 @@ class PostgresLedger:
             validate_transfer(transfer)
         if not transfers:
             return []
-        return await self._run(conn, self._apply_transfers, transfers)
+        if conn is not None or not self._coalesce:
+            return await self._run(conn, self._apply_transfers, (transfers, None))
+        request = _Request(transfers, asyncio.get_running_loop().create_future())
+        self._waiting.append(request)
+        self._start_batches()
+        return await request.results
+
+    def _start_batches(self) -> None:
+        """Start a batch for the waiting requests while fewer than the limit are in flight."""
+        while self._waiting and self._batches_in_flight < self._batches_in_flight_max:
+            group = [self._waiting.popleft()]
+            size = len(group[0].transfers)
+            while self._waiting and size + len(self._waiting[0].transfers) <= BATCH_MAX:
+                size += len(self._waiting[0].transfers)
+                group.append(self._waiting.popleft())
+            self._batches_in_flight += 1
+            task = asyncio.create_task(self._run_group(group))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run_group(self, group: list[_Request]) -> None:
+        try:
+            events: list[Transfer] = []
+            ends: set[int] = set()
+            for request in group:
+                events.extend(request.transfers)
+                ends.add(len(events) - 1)
+            results = await self._run(None, self._apply_transfers, (events, ends))
+            start = 0
+            for request in group:
+                end = start + len(request.transfers)
+                if not request.results.done():  # a caller that gave up was cancelled
+                    request.results.set_result(results[start:end])
+                start = end
+        except BaseException as exc:
+            for request in group:
+                if not request.results.done():
+                    request.results.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._batches_in_flight -= 1
+            self._start_batches()
 
     async def expire_pending(
         self, now: int | None = None, *, limit: int = 1000, conn: Conn | None = None
@@ -214,10 +280,13 @@ class PostgresLedger:
             )
         return results
 
-    async def _apply_transfers(self, conn: Conn, transfers: Sequence[Transfer]) -> list[TransferEventResult]:
+    async def _apply_transfers(
+        self, conn: Conn, batch: tuple[Sequence[Transfer], set[int] | None]
+    ) -> list[TransferEventResult]:
+        transfers, ends = batch
         state = await self._load(conn, transfers)
         timestamp = self._next_timestamp(len(transfers))
-        results = state.create_transfers(transfers, timestamp)
+        results = state.create_transfers(transfers, timestamp, ends)
         await _write(conn, state, timestamp)
         return results
 
@@ -348,6 +417,9 @@ class PostgresLedger:
         await self._pool.fetchval(Q["ledger_ping"])
 
     async def close(self) -> None:
+        # Let batches already started finish: their callers are waiting for the outcome.
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._owns_pool:
             await self._pool.close()
 
