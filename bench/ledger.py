@@ -1,14 +1,17 @@
 """Ledger throughput: transfers/s of PostgresLedger against a naive baseline, in the same run.
 
-    .venv/bin/python bench/ledger.py [--transfers 20000] [--keep]
+    .venv/bin/python bench/ledger.py [--transfers 10000] [--rounds 3] [--keep]
 
 Creates a fresh database on BENCH_DATABASE_URL's server (default: the local PostgreSQL at
 127.0.0.1:5432), migrates it, creates 10,000 accounts and measures:
   - batches of 1, 100 and 1,000 transfers among the 10,000 accounts (random) and all touching one
     hot account (hot), one client;
-  - single transfers (batches of 1) from 16 concurrent clients (16 connections);
+  - single transfers (batches of 1) from 16 concurrent clients (16 tasks on one ledger with a pool of
+    18 connections), with the ledger's coalescing of concurrent calls and without it;
   - the naive baseline: one transaction per transfer with an UPDATE per account and an INSERT.
-Prints transfers/s and the ratios the goals of issue 4 are stated in.
+Rounds interleave every scenario with the baseline, so that load from elsewhere on the machine hits
+all of them alike; the figures are medians. Prints transfers/s and the ratios the goals of issue 4
+are stated in.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import asyncio
 import os
 import random
+import statistics
 import time
 import uuid
 from pathlib import Path
@@ -86,50 +90,88 @@ async def run_naive(pool: asyncpg.Pool, transfers: list[Transfer]) -> float:
             async with conn.transaction():
                 await conn.execute(NAIVE["naive_debit"], uuid.UUID(int=t.debit_account_id), t.amount)
                 await conn.execute(NAIVE["naive_credit"], uuid.UUID(int=t.credit_account_id), t.amount)
+                debit, credit = uuid.UUID(int=t.debit_account_id), uuid.UUID(int=t.credit_account_id)
                 await conn.execute(
                     NAIVE["naive_transfer_insert"],
-                    uuid.UUID(int=t.id), uuid.UUID(int=t.debit_account_id), uuid.UUID(int=t.credit_account_id),
-                    t.amount, time.time_ns(),
-                )  # fmt: skip
+                    uuid.UUID(int=t.id),
+                    debit,
+                    credit,
+                    t.amount,
+                    time.time_ns(),
+                )
     return len(transfers) / (time.perf_counter() - started)
 
 
-async def bench(total: int, url: str) -> None:
+SCENARIOS = [(hot, size) for hot in (False, True) for size in (1, 100, 1000)]
+
+
+def scenario_name(hot: bool, size: int) -> str:
+    return f"{'hot' if hot else 'random'} batch {size}"
+
+
+async def one_round(
+    ledger: PostgresLedger,
+    plain: PostgresLedger,
+    pool: asyncpg.Pool,
+    ids: Ids,
+    total: int,
+    rng: random.Random,
+) -> dict[str, float]:
+    """Every scenario once, the baseline in between, so that load from elsewhere hits all alike."""
+    figures: dict[str, float] = {}
+    figures["naive"] = await run_naive(pool, make_transfers(ids, max(200, total // 20), False, rng))
+    for hot, size in SCENARIOS:
+        count = max(200, total // 20) if size == 1 else total
+        figures[scenario_name(hot, size)] = await run_batches(
+            ledger, make_transfers(ids, count, hot, rng), size
+        )
+    batch_one = make_transfers(ids, max(800, total // 5), False, rng)
+    figures["16 clients x 1"] = await run_concurrent(ledger, batch_one, CLIENTS)
+    batch_one = make_transfers(ids, max(800, total // 5), False, rng)
+    figures["16 clients x 1, no coalescing"] = await run_concurrent(plain, batch_one, CLIENTS)
+    return figures
+
+
+async def bench(total: int, rounds: int, url: str) -> None:
     pool = await create_pool(url, min_size=2, max_size=CLIENTS + 2)
     ledger = PostgresLedger(pool)
+    plain = PostgresLedger(pool, coalesce=False)
     accounts = [Account(i, ledger=1, code=1) for i in range(1, ACCOUNTS + 2)]
     for i in range(0, len(accounts), 5000):
         await ledger.create_accounts(accounts[i : i + 5000])
     rng = random.Random(42)
     ids = Ids()
-    figures: dict[str, float] = {}
     # A warm-up so that both sides run with prepared statements and warm caches.
     await run_batches(ledger, make_transfers(ids, 2000, False, rng), 100)
-    await run_naive(pool, make_transfers(ids, 500, False, rng))
-    for hot in (False, True):
-        for size in (1, 100, 1000):
-            count = total // 10 if size == 1 else total
-            name = f"{'hot' if hot else 'random'} batch {size}"
-            figures[name] = await run_batches(ledger, make_transfers(ids, count, hot, rng), size)
-            print(f"{name:<28} {figures[name]:>10,.0f} transfers/s")
-    figures["16 clients x 1"] = await run_concurrent(ledger, make_transfers(ids, total // 4, False, rng), CLIENTS)
-    print(f"{'16 clients x 1':<28} {figures['16 clients x 1']:>10,.0f} transfers/s")
-    figures["naive"] = await run_naive(pool, make_transfers(ids, total // 10, False, rng))
-    print(f"{'naive (1 tx per transfer)':<28} {figures['naive']:>10,.0f} transfers/s")
+    await run_naive(pool, make_transfers(ids, 300, False, rng))
+    results: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for name, value in (await one_round(ledger, plain, pool, ids, total, rng)).items():
+            results.setdefault(name, []).append(value)
     verification = await ledger.verify()
     await pool.close()
+    median = {name: statistics.median(values) for name, values in results.items()}
+    print(f"median of {rounds} rounds; transfers/s (min .. max)")
+    for name, values in results.items():
+        print(f"  {name:<32} {median[name]:>9,.0f}   ({min(values):,.0f} .. {max(values):,.0f})")
     print()
-    print(f"batch 1000 / naive            {figures['random batch 1000'] / figures['naive']:>6.1f}x  (goal >= 10x)")
-    print(f"batch 100 / naive             {figures['random batch 100'] / figures['naive']:>6.1f}x")
+    naive = median["naive"]
+    print(f"  random batch 1000 / naive        {median['random batch 1000'] / naive:>6.1f}x  (goal >= 10x)")
+    print(f"  random batch 100 / naive         {median['random batch 100'] / naive:>6.1f}x")
+    print(f"  random batch 1 / naive           {median['random batch 1'] / naive:>6.1f}x")
+    print(f"  16 clients x 1 / naive           {median['16 clients x 1'] / naive:>6.1f}x")
     for size in (1, 100, 1000):
-        ratio = figures[f"hot batch {size}"] / figures[f"random batch {size}"]
-        print(f"hot / random, batch {size:<5}     {ratio:>6.2f}x  (goal >= 0.5x)")
-    print(f"ledger verify: {'ok' if verification.ok else verification.violations}")
+        ratio = median[scenario_name(True, size)] / median[scenario_name(False, size)]
+        print(f"  hot / random, batch {size:<5}        {ratio:>6.2f}x  (goal >= 0.5x)")
+    print(f"ledger verify after the run: {'ok' if verification.ok else verification.violations}")
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--transfers", type=int, default=20_000, help="transfers per batched scenario")
+    parser.add_argument(
+        "--transfers", type=int, default=10_000, help="transfers per batched scenario and round"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; figures are medians")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
     args = parser.parse_args()
     name = f"pm_bench_ledger_{os.getpid()}"
@@ -140,7 +182,7 @@ async def main() -> None:
         conn = await asyncpg.connect(url)
         await migrations.migrate(conn)
         await conn.close()
-        await bench(args.transfers, url)
+        await bench(args.transfers, args.rounds, url)
     finally:
         if not args.keep:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

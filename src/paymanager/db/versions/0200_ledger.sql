@@ -104,12 +104,13 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     locked uuid[] := account_ids;
 BEGIN
-    -- One array of ids, so that the lock is an index scan (an OR of subqueries scanned the table).
+    -- PL/pgSQL caches generic plans, and a generic plan of `id = ANY ($1)` may scan the whole
+    -- table comparing each row with each id; joining with unnest() keeps every query on the index.
     IF cardinality(pending_ids) > 0 THEN
         locked := locked || ARRAY(
             SELECT unnest(ARRAY[p.debit_account_id, p.credit_account_id])
-              FROM ledger_transfer AS p
-             WHERE p.id = ANY (pending_ids)
+              FROM unnest(pending_ids) AS w (id)
+              JOIN ledger_transfer AS p ON p.id = w.id
         );
     END IF;
     RETURN QUERY
@@ -117,21 +118,21 @@ BEGIN
                a.debits_posted, a.credits_pending, a.credits_posted, a.user_data_64, a.user_data_32,
                a.ledger, a.code::bigint, a.flags::bigint, a.timestamp, NULL::text
           FROM ledger_account AS a
-         WHERE a.id = ANY (locked)
+         WHERE a.id IN (SELECT DISTINCT w.id FROM unnest(locked) AS w (id))
          ORDER BY a.id
            FOR UPDATE OF a;
     RETURN QUERY
         SELECT 'T', t.id, t.debit_account_id, t.credit_account_id, t.pending_id, t.user_data_128, t.amount,
                t.user_data_64, t.user_data_32, t.timeout, t.ledger, t.code::bigint, t.flags::bigint,
                t.timestamp, p.expires_at, NULL::bigint, p.state
-          FROM ledger_transfer AS t
-          LEFT JOIN ledger_pending AS p ON p.id = t.id
-         WHERE t.id = ANY (transfer_ids || pending_ids);
+          FROM (SELECT DISTINCT w.id FROM unnest(transfer_ids || pending_ids) AS w (id)) AS w
+          JOIN ledger_transfer AS t ON t.id = w.id
+          LEFT JOIN ledger_pending AS p ON p.id = t.id;
     RETURN QUERY
         SELECT 'F', f.id, NULL::uuid, NULL::uuid, NULL::uuid, NULL::uuid, NULL::bigint, NULL::bigint,
                NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
                NULL::bigint, NULL::bigint, f.result
-          FROM ledger_transfer_failed AS f
-         WHERE f.id = ANY (transfer_ids);
+          FROM unnest(transfer_ids) AS w (id)
+          JOIN ledger_transfer_failed AS f ON f.id = w.id;
 END
 $$;
