@@ -24,7 +24,7 @@ import asyncpg
 from paymanager.db.pool import Conn, Pool, create_pool
 from paymanager.db.sql import load_queries
 from paymanager.ledger._batch import PENDING, BatchState, PendingState
-from paymanager.ledger.port import HISTORY_LIMIT_MAX
+from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
 from paymanager.ledger.types import (
     BATCH_MAX,
     U128_MAX,
@@ -496,3 +496,8 @@ async def _write(conn: Conn, state: BatchState, timestamp: int) -> None:
         [state.failed[i].name for i in failed],
         [timestamp] * len(failed),
     )
+
+
+def _conforms_to_the_port(ledger: PostgresLedger) -> Ledger:
+    """Never called: mypy checks here that PostgresLedger implements the Ledger port."""
+    return ledger
