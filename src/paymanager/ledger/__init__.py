@@ -28,6 +28,7 @@ Deliberate differences of the PostgreSQL ledger from TigerBeetle:
 """
 
 from paymanager.ledger._batch import BALANCE_MAX
+from paymanager.ledger.connect import open_ledger
 from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
 from paymanager.ledger.postgres import PostgresLedger, Verification
 from paymanager.ledger.system_accounts import SystemAccountMismatchError, account_id_for, ensure_accounts
@@ -81,4 +82,5 @@ __all__ = [
     "account_id_for",
     "balance_of",
     "ensure_accounts",
+    "open_ledger",
 ]

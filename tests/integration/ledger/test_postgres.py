@@ -7,7 +7,14 @@ import asyncio
 import asyncpg
 import pytest
 
-from paymanager.ledger import Account, CreateTransferResult, PostgresLedger, Transfer, TransferFlags
+from paymanager.ledger import (
+    Account,
+    CreateTransferResult,
+    PostgresLedger,
+    Transfer,
+    TransferFlags,
+    open_ledger,
+)
 from tests.integration.ledger.conftest import FakeClock
 
 TR = CreateTransferResult
@@ -90,3 +97,27 @@ async def test_expire_pending_releases_at_most_limit_per_call(pool: asyncpg.Pool
     (debit,) = await ledger.lookup_accounts([1])
     assert debit.debits_pending == 0
     assert (await ledger.verify()).ok
+
+
+async def test_open_ledger_gives_a_reachable_postgres_ledger(pool: asyncpg.Pool) -> None:
+    ledger = await open_ledger("postgres", pool=pool)
+    await ledger.ping()
+    assert isinstance(ledger, PostgresLedger)
+
+
+async def test_verify_reports_a_pending_transfer_without_its_state_and_a_dangling_account(
+    pool: asyncpg.Pool,
+) -> None:
+    ledger = PostgresLedger(pool)
+    await make_accounts(ledger, 1, 2)
+    await ledger.create_transfers([Transfer(10, 1, 2, 4, ledger=1, code=1, flags=TransferFlags.PENDING)])
+    assert (await ledger.verify()).ok
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("DELETE FROM ledger_pending")
+        await conn.execute("UPDATE ledger_account SET debits_pending = 0, credits_pending = 0")
+        await conn.execute("UPDATE ledger_transfer SET credit_account_id = $1", f"{99:032x}")
+    verification = await ledger.verify()
+    assert not verification.ok
+    text = "\n".join(verification.violations)
+    assert "pending transfer 10: missing or inconsistent pending state" in text
+    assert "transfer 10: refers to an account that does not exist" in text
