@@ -1,12 +1,13 @@
 """The PostgreSQL ledger: TigerBeetle's semantics on the tables of migration 0200.
 
-A batch costs a fixed number of round trips whatever its size: read the accounts of referenced
-pending transfers (only when the batch posts or voids), lock every touched account once in id
-order, read the transfers and failed ids the batch refers to, apply the events in memory
-(`_batch.BatchState`), and write transfers, balances, pending states and burned ids in one
-statement of `unnest`ed arrays. Locking in id order makes concurrent batches wait for each other
-instead of deadlocking, and is what keeps a `debits_must_not_exceed_credits` account from going
-negative under concurrency; the schema's CHECK constraints enforce the same limits a second time.
+A batch costs a fixed number of round trips whatever its size: `BEGIN`; one call of the function
+`ledger_batch_load` that locks every touched account once, in id order (those named by the events
+and those of the pending transfers they post or void), then reads the transfers, pending states and
+failed ids the batch refers to; the events are applied in memory (`_batch.BatchState`); one
+statement of `unnest`ed arrays writes transfers, balances, pending states and burned ids; `COMMIT`.
+Locking in id order makes concurrent batches wait for each other instead of deadlocking, and is
+what keeps a `debits_must_not_exceed_credits` account from going negative under concurrency; the
+schema's CHECK constraints enforce the same limits a second time.
 """
 
 from __future__ import annotations
@@ -92,12 +93,11 @@ def _account_from_row(r: Any) -> Account:
     return Account(r[0].int, r[1], r[2], r[3], r[4], r[5].int, _u64(r[6]), r[7], r[8], r[9], r[10], r[11])
 
 
-def _transfer_from_row(r: Any, offset: int = 0) -> Transfer:
-    o = offset
-    pending_id = r[o + 4]
+def _transfer_from_row(r: Any) -> Transfer:
+    pending_id = r[4]
     return Transfer(
-        r[o].int, r[o + 1].int, r[o + 2].int, r[o + 3], pending_id.int if pending_id is not None else 0,
-        r[o + 5].int, _u64(r[o + 6]), r[o + 7], r[o + 8], r[o + 9], r[o + 10], r[o + 11], r[o + 12],
+        r[0].int, r[1].int, r[2].int, r[3], pending_id.int if pending_id is not None else 0, r[5].int,
+        _u64(r[6]), r[7], r[8], r[9], r[10], r[11], r[12],
     )  # fmt: skip
 
 
@@ -209,12 +209,15 @@ class PostgresLedger:
                 if not request.results.done():  # a caller that gave up was cancelled
                     request.results.set_result(results[start:end])
                 start = end
-        except BaseException as exc:
+        except Exception as exc:
             for request in group:
                 if not request.results.done():
                     request.results.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
+        except BaseException:
+            # Cancelled (the loop is shutting down): the callers learn it the same way.
+            for request in group:
+                request.results.cancel()
+            raise
         finally:
             self._batches_in_flight -= 1
             self._start_batches()
