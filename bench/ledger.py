@@ -6,6 +6,8 @@ Creates a fresh database on BENCH_DATABASE_URL's server (default: the local Post
 127.0.0.1:5432), migrates it, creates 10,000 accounts and measures:
   - batches of 1, 100 and 1,000 transfers among the 10,000 accounts (random) and all touching one
     hot account (hot), one client;
+  - batches of 100 from 4 concurrent clients (not coalesced), random and hot, where concurrent
+    batches on the hot account wait for each other's lock;
   - single transfers (batches of 1) from 16 concurrent clients (16 tasks on one ledger with a pool of
     18 connections), with the ledger's coalescing of concurrent calls and without it;
   - the naive baseline: one transaction per transfer with an UPDATE per account and an INSERT.
@@ -83,6 +85,22 @@ async def run_concurrent(ledger: PostgresLedger, transfers: list[Transfer], clie
     return len(transfers) / (time.perf_counter() - started)
 
 
+async def run_parallel_batches(
+    ledger: PostgresLedger, transfers: list[Transfer], size: int, clients: int
+) -> float:
+    """`clients` tasks each sending batches of `size` (the ledger must not coalesce them)."""
+    batches = [transfers[i : i + size] for i in range(0, len(transfers), size)]
+
+    async def client(mine: list[list[Transfer]]) -> None:
+        for batch in mine:
+            results = await ledger.create_transfers(batch)
+            assert all(r.ok for r in results), {r.result for r in results}
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(batches[i::clients]) for i in range(clients)))
+    return len(transfers) / (time.perf_counter() - started)
+
+
 async def run_naive(pool: asyncpg.Pool, transfers: list[Transfer]) -> float:
     started = time.perf_counter()
     async with pool.acquire() as conn:
@@ -125,6 +143,9 @@ async def one_round(
         figures[scenario_name(hot, size)] = await run_batches(
             ledger, make_transfers(ids, count, hot, rng), size
         )
+    for hot in (False, True):
+        name = f"4 clients x {scenario_name(hot, 100)}"
+        figures[name] = await run_parallel_batches(plain, make_transfers(ids, total, hot, rng), 100, 4)
     batch_one = make_transfers(ids, max(800, total // 5), False, rng)
     figures["16 clients x 1"] = await run_concurrent(ledger, batch_one, CLIENTS)
     batch_one = make_transfers(ids, max(800, total // 5), False, rng)
@@ -163,6 +184,8 @@ async def bench(total: int, rounds: int, url: str) -> None:
     for size in (1, 100, 1000):
         ratio = median[scenario_name(True, size)] / median[scenario_name(False, size)]
         print(f"  hot / random, batch {size:<5}        {ratio:>6.2f}x  (goal >= 0.5x)")
+    ratio = median["4 clients x hot batch 100"] / median["4 clients x random batch 100"]
+    print(f"  hot / random, 4 clients x 100    {ratio:>6.2f}x  (concurrent batches wait on the hot account)")
     print(f"ledger verify after the run: {'ok' if verification.ok else verification.violations}")
 
 
