@@ -121,3 +121,29 @@ async def test_verify_reports_a_pending_transfer_without_its_state_and_a_danglin
     text = "\n".join(verification.violations)
     assert "pending transfer 10: missing or inconsistent pending state" in text
     assert "transfer 10: refers to an account that does not exist" in text
+
+
+async def test_two_processes_on_the_same_nanosecond_still_get_unique_timestamps(pool: asyncpg.Pool) -> None:
+    clock = FakeClock()
+    first, second = PostgresLedger(pool, clock=clock), PostgresLedger(pool, clock=clock)
+    await make_accounts(first, 1, 2)
+    a = await first.create_transfers([Transfer(10, 1, 2, 1, ledger=1, code=1)])
+    b = await second.create_transfers([Transfer(11, 1, 2, 1, ledger=1, code=1)])
+    assert a[0].result is TR.created
+    assert b[0].result is TR.created
+    assert a[0].timestamp != b[0].timestamp
+
+
+async def test_racing_batches_with_one_id_and_different_accounts_create_it_once(pool: asyncpg.Pool) -> None:
+    # Different accounts mean no common lock: the unique index decides, and the loser retries.
+    ledger = PostgresLedger(pool, coalesce=False)
+    await make_accounts(ledger, 1, 2, 3, 4)
+    for n in range(15):
+        transfer_id = 1000 + n
+        outcomes = await asyncio.gather(
+            ledger.create_transfers([Transfer(transfer_id, 1, 2, 1, ledger=1, code=1)]),
+            ledger.create_transfers([Transfer(transfer_id, 3, 4, 1, ledger=1, code=1)]),
+        )
+        got = sorted(r[0].result.name for r in outcomes)
+        assert got == ["created", "exists_with_different_debit_account_id"]
+    assert (await ledger.verify()).ok
