@@ -42,6 +42,7 @@ from paymanager.ledger.connect import open_ledger
 from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
 from paymanager.ledger.postgres import PostgresLedger, Verification
 from paymanager.ledger.system_accounts import SystemAccountMismatchError, account_id_for, ensure_accounts
+from paymanager.ledger.tigerbeetle import TigerBeetleLedger
 from paymanager.ledger.types import (
     AMOUNT_MAX,
     BATCH_MAX,
@@ -85,6 +86,7 @@ __all__ = [
     "Normal",
     "PostgresLedger",
     "SystemAccountMismatchError",
+    "TigerBeetleLedger",
     "Transfer",
     "TransferEventResult",
     "TransferFlags",
