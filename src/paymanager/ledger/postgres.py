@@ -49,8 +49,9 @@ Q = load_queries("paymanager.ledger", "ledger.sql")
 T = TypeVar("T")
 E = TypeVar("E")
 
-# A batch is retried when a concurrent batch created the same id first (the unique index tells us)
-# or created a pending transfer this one references between our two reads; both are rare.
+# A batch is retried when a concurrent batch created the same id first (the unique index tells us),
+# created a pending transfer this one references between our two reads, or deadlocked with it on
+# the unique index; all are rare.
 _ATTEMPTS_MAX = 5
 _POST_OR_VOID = int(TransferFlags.POST_PENDING_TRANSFER | TransferFlags.VOID_PENDING_TRANSFER)
 _TWO_TO_64 = 1 << 64
@@ -254,7 +255,10 @@ class PostgresLedger:
                     # Another process took these nanoseconds (clocks agree to the nanosecond more
                     # often than one would think under load): jump past them by a random step.
                     self._last_timestamp += secrets.randbelow(_TIMESTAMP_JUMP_NS_MAX) + 1
-            except _StaleReadError:
+            except (_StaleReadError, asyncpg.DeadlockDetectedError):
+                # A deadlock needs two batches that wait on each other's new ids in the unique
+                # index (their account locks are taken in one order); PostgreSQL breaks it by
+                # failing one of them, which starts again.
                 if attempt == _ATTEMPTS_MAX:
                     raise
         raise AssertionError("unreachable")
