@@ -153,6 +153,10 @@ class Settings(BaseSettings):
         description="Base64 32-byte key that encrypts PSP credentials and service secrets (AES-256-GCM). "
         "Unset: a development key is derived and a warning logged.",
     )
+    psp_config_kek_previous: SecretStr | None = Field(
+        default=None,
+        description="Comma-separated earlier PSP_CONFIG_KEKs that still open rows sealed before a rotation.",
+    )
 
     # --- balance monitor ------------------------------------------------------------------------
     balance_monitor_enabled: bool = Field(
@@ -187,6 +191,53 @@ class Settings(BaseSettings):
     )
     api_max_body_bytes: int = Field(
         default=1024 * 1024, ge=1_024, le=64 * 1024 * 1024, description="Largest request body accepted."
+    )
+    service_cache_ttl_ms: int = Field(
+        default=5_000,
+        ge=0,
+        le=600_000,
+        description="How long an api process reuses a service's secret and scopes before reading them again.",
+    )
+    api_sweep_interval_ms: int = Field(
+        default=60_000,
+        ge=1_000,
+        le=3_600_000,
+        description="How often the api role forgets expired signatures and Idempotency-Keys.",
+    )
+    api_sweep_batch_size: int = Field(
+        default=1_000, ge=1, le=100_000, description="Rows each api sweep deletes per statement."
+    )
+    sse_max_duration_sec: int = Field(
+        default=3_600, ge=1, le=86_400, description="Longest an intent event stream stays open."
+    )
+
+    # --- payments ---------------------------------------------------------------------------------
+    intent_settle_deadline_sec: int = Field(
+        default=86_400,
+        ge=60,
+        le=30 * 86_400,
+        description="A confirmed intent not settled within this is failed and its hold voided.",
+    )
+    invoice_default_ttl_sec: int = Field(
+        default=900, ge=1, le=30 * 86_400, description="Expiry of a merchant invoice that names none."
+    )
+    invoice_max_ttl_sec: int = Field(
+        default=7 * 86_400, ge=1, le=30 * 86_400, description="Longest expiry a merchant invoice may ask for."
+    )
+    ledger_expire_interval_ms: int = Field(
+        default=60_000,
+        ge=1_000,
+        le=86_400_000,
+        description="How often (once cluster-wide) the ledger releases pending holds whose timeout passed.",
+    )
+    reconcile_batch_size: int = Field(
+        default=500, ge=1, le=10_000, description="Confirmed intents the start-up reconciler reads at once."
+    )
+    reconcile_max_intents: int = Field(
+        default=100_000,
+        ge=1,
+        le=10_000_000,
+        description="Most confirmed intents the start-up reconciler examines in one start.",
     )
 
     @field_validator("worker_roles", mode="before")
@@ -229,6 +280,11 @@ class Settings(BaseSettings):
             problems.append(
                 f"PROCESS_HEARTBEAT_STALE_MS ({self.process_heartbeat_stale_ms}) must be at least twice "
                 f"PROCESS_HEARTBEAT_INTERVAL_MS ({self.process_heartbeat_interval_ms})"
+            )
+        if self.invoice_default_ttl_sec > self.invoice_max_ttl_sec:
+            problems.append(
+                f"INVOICE_DEFAULT_TTL_SEC ({self.invoice_default_ttl_sec}) is longer than "
+                f"INVOICE_MAX_TTL_SEC ({self.invoice_max_ttl_sec})"
             )
         if self.ledger_backend == "tigerbeetle" and not self.tb_address:
             problems.append("LEDGER_BACKEND=tigerbeetle needs TB_ADDRESS")

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from paymanager.application.errors import (
+    AccountReferenceTakenError,
+    IdempotencyKeyMissingError,
+    IdempotencyKeyReusedError,
+    ServiceNameTakenError,
+)
+from paymanager.domain import errors as domain
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.api")
@@ -60,7 +68,41 @@ _STATUS_CODES = {
 }
 
 
+# How each domain failure is answered; a subclass takes the status of its nearest listed ancestor.
+_DOMAIN_STATUS: dict[type[domain.DomainError], int] = {
+    domain.NotFoundError: 404,
+    IdempotencyKeyMissingError: 400,
+    IdempotencyKeyReusedError: 409,
+    AccountReferenceTakenError: 409,
+    ServiceNameTakenError: 409,
+    domain.ScopeRequiredError: 403,
+    domain.InvalidTransitionError: 409,
+    domain.IntentExpiredError: 409,
+    domain.PolicyViolationError: 422,
+    domain.InsufficientFundsError: 422,
+    domain.DomainError: 422,
+}
+
+
+def domain_status(exc: domain.DomainError) -> int:
+    """The HTTP status of a domain failure: that of its class or its nearest listed ancestor."""
+    for cls in type(exc).__mro__:
+        if cls in _DOMAIN_STATUS:
+            return _DOMAIN_STATUS[cls]
+    return 422
+
+
+def domain_error_body(exc: domain.DomainError) -> dict[str, Any]:
+    # Details may carry ids as database UUID objects; they are rendered as strings.
+    details = orjson.loads(orjson.dumps(exc.details, default=str))
+    return error_body(exc.code, exc.message, details)
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(domain.DomainError)
+    async def _domain_error(_: Request, exc: domain.DomainError) -> JSONResponse:
+        return JSONResponse(domain_error_body(exc), status_code=domain_status(exc))
+
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc.status, exc.code, exc.message, exc.details)

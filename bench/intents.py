@@ -1,0 +1,350 @@
+"""Payment intents: how fast they settle, and the API's latency under rising load.
+
+Run: `.venv/bin/python bench/intents.py` (PostgreSQL at BENCH_DATABASE_URL, default localhost:5432;
+a fresh database is created and dropped).
+
+Printed, all in one run on this machine:
+1. engine baseline: one in-process job Worker draining N no-op outbox jobs (jobs/s);
+2. settlement, same worker: draining N confirmed intents with the real `intent.settle` handler
+   (ledger post, settlement row, status, NOTIFY, fenced completion), and its ratio to (1);
+3. settlement, 2 `outbox-worker` processes draining a backlog of N confirmed intents (settled/s);
+4. end to end: an `api` process and 2 `outbox-worker` processes; p2p create + confirm sent open-loop
+   at rising request rates for a few seconds each; API latency p50/p99 and settled intents/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.integration.payments.signed_client import SignedClient  # noqa: E402
+from tests.support.processes import PaymanagerProcess, free_port, paymanager_env  # noqa: E402
+
+from paymanager import bootstrap  # noqa: E402
+from paymanager.application.accounts import OpenAccount, open_account  # noqa: E402
+from paymanager.application.confirm_intent import OUTBOX_QUEUE, SETTLE_KIND, confirm_intent  # noqa: E402
+from paymanager.application.context import Payments  # noqa: E402
+from paymanager.application.create_intent import IntentRequest, create_intent  # noqa: E402
+from paymanager.application.services import ServiceIdentity, create_service  # noqa: E402
+from paymanager.application.settle_intent import settle, settle_handler  # noqa: E402
+from paymanager.config import Settings  # noqa: E402
+from paymanager.db import migrations  # noqa: E402
+from paymanager.db.pool import create_pool  # noqa: E402
+from paymanager.domain.channels import AccountKind  # noqa: E402
+from paymanager.jobs import JobContext, NewJob, Registry, Worker, WorkerOptions, enqueue_many  # noqa: E402
+from paymanager.runtime import Runtime, StartupHooks  # noqa: E402
+
+SERVER = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+PAIRS = 200
+FUNDING = 10**12
+CONCURRENCY = 50
+BATCH = 100
+
+
+def with_db(url: str, name: str) -> str:
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+async def make_database() -> str:
+    name = f"pm_bench_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(SERVER)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    url = with_db(SERVER, name)
+    conn = await asyncpg.connect(url)
+    await migrations.migrate(conn)
+    await conn.close()
+    return url
+
+
+async def drop_database(url: str) -> None:
+    admin = await asyncpg.connect(SERVER)
+    await admin.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+    await admin.close()
+
+
+class Setup:
+    def __init__(
+        self,
+        runtime: Runtime,
+        admin: ServiceIdentity,
+        admin_secret: str,
+        shop: ServiceIdentity,
+        shop_secret: str,
+        pairs: list[tuple[uuid.UUID, uuid.UUID]],
+    ) -> None:
+        self.runtime, self.admin, self.admin_secret = runtime, admin, admin_secret
+        self.shop, self.shop_secret, self.pairs = shop, shop_secret, pairs
+
+    @property
+    def payments(self) -> Payments:
+        return bootstrap.payments_of(self.runtime)
+
+
+async def setup(url: str) -> Setup:
+    pool = await create_pool(url, min_size=1, max_size=10)
+    runtime = Runtime(Settings(database_url=url), hooks=StartupHooks())
+    runtime.pool, runtime.database_url = pool, url
+    await bootstrap.connect_ledger(runtime)
+    await bootstrap.seed_system_accounts(runtime)
+    await bootstrap.register_channels(runtime)
+    payments = bootstrap.payments_of(runtime)
+    async with pool.acquire() as conn, conn.transaction():
+        admin, admin_secret = await create_service(conn, payments.box, "bench-admin", admin=True)
+        shop, shop_secret = await create_service(conn, payments.box, "bench-shop", admin=False)
+        pairs = []
+        for _ in range(PAIRS):
+            payer = (await open_account(payments, conn, shop, OpenAccount(AccountKind.USER, "THB")))["id"]
+            payee = (await open_account(payments, conn, shop, OpenAccount(AccountKind.USER, "THB")))["id"]
+            top_up = await create_intent(
+                payments,
+                conn,
+                admin,
+                IntentRequest("admin-transfer", FUNDING, "THB", payee_account_id=payer),
+                [],
+            )
+            await confirm_intent(payments, conn, admin, top_up["id"], [])
+            await settle(payments, conn, top_up["id"], settled_by="bench")
+            pairs.append((payer, payee))
+    # The top-ups were settled inline; their queued jobs would only be no-ops.
+    await pool.execute("DELETE FROM job")
+    return Setup(runtime, admin, admin_secret, shop, shop_secret, pairs)
+
+
+async def backlog(s: Setup, count: int) -> None:
+    """`count` confirmed p2p intents, each with its settlement job queued."""
+    payments = s.payments
+    for start in range(0, count, BATCH):
+        async with payments.pool.acquire() as conn, conn.transaction():
+            for i in range(start, min(count, start + BATCH)):
+                payer, payee = s.pairs[i % len(s.pairs)]
+                row = await create_intent(
+                    payments, conn, s.shop, IntentRequest("internal-p2p", 100, "THB", payer, payee), []
+                )
+                await confirm_intent(payments, conn, s.shop, row["id"], [])
+
+
+async def count_jobs_done(pool: asyncpg.Pool) -> int:
+    return int(await pool.fetchval("SELECT count(*) FROM job WHERE state = 'completed'"))
+
+
+async def settled(pool: asyncpg.Pool) -> int:
+    return int(
+        await pool.fetchval(
+            "SELECT count(*) FROM intent WHERE channel = 'internal-p2p' AND status = 'settled'"
+        )
+    )
+
+
+async def drain(pool: asyncpg.Pool, target: int, counter: Any, timeout_s: float = 300) -> float:
+    start = time.perf_counter()
+    while await counter(pool) < target:
+        if time.perf_counter() - start > timeout_s:
+            raise TimeoutError(f"only {await counter(pool)} of {target} done after {timeout_s}s")
+        await asyncio.sleep(0.02)
+    return time.perf_counter() - start
+
+
+async def in_process(s: Setup, count: int, handler: Any, jobs: list[NewJob] | None) -> float:
+    pool = s.payments.pool
+    registry = Registry()
+    registry.register(SETTLE_KIND, handler, queue=OUTBOX_QUEUE)
+    if jobs is not None:
+        async with pool.acquire() as conn:
+            await enqueue_many(conn, jobs)
+    before = await count_jobs_done(pool)
+    worker = Worker(
+        pool,
+        s.runtime.database_url,
+        registry,
+        {OUTBOX_QUEUE: CONCURRENCY},
+        WorkerOptions(owner="bench", claim_batch_max=BATCH, poll_interval_ms=50),
+    )
+    await worker.start()
+    seconds = await drain(pool, before + count, count_jobs_done)
+    await worker.stop(10)
+    return count / seconds
+
+
+def workers(url: str, n: int) -> list[PaymanagerProcess]:
+    env = paymanager_env(
+        url,
+        WORKER_ROLES="outbox-worker",
+        LOG_LEVEL="warning",
+        OUTBOX_BATCH_SIZE=str(BATCH),
+        OUTBOX_CONCURRENCY=str(CONCURRENCY),
+        OUTBOX_INTERVAL_MS="50",
+        DB_POOL_MAX_SIZE="12",
+    )
+    return [PaymanagerProcess(env) for _ in range(n)]
+
+
+def stop(processes: list[PaymanagerProcess]) -> None:
+    for p in processes:
+        p.terminate()
+        p.close()
+
+
+async def end_to_end(
+    s: Setup, url: str, rates: list[int], seconds: float, n_workers: int
+) -> list[tuple[int, float, float, float, float]]:
+    port = free_port()
+    api = PaymanagerProcess(
+        paymanager_env(
+            url,
+            WORKER_ROLES="api",
+            PORT=str(port),
+            HOST="127.0.0.1",
+            LOG_LEVEL="warning",
+            DB_POOL_MAX_SIZE="20",
+        )
+    )
+    procs = workers(url, n_workers) if n_workers else []
+    results = []
+    try:
+        await wait_http(port, api)
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", timeout=30, limits=httpx.Limits(max_connections=200)
+        ) as http:
+            client = SignedClient(http, s.shop.id, s.shop_secret)
+            for rate in rates:
+                results.append(await one_rate(s, client, rate, seconds, settle=bool(n_workers)))
+    finally:
+        stop([api, *procs])
+    return results
+
+
+async def wait_http(port: int, process: PaymanagerProcess) -> None:
+    async with httpx.AsyncClient() as http:
+        for _ in range(1_200):
+            if process.proc.poll() is not None:
+                raise RuntimeError(f"the api process exited:\n{process.output[-3000:]}")
+            try:
+                if (await http.get(f"http://127.0.0.1:{port}/livez")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.1)
+    raise TimeoutError(f"the api did not start:\n{process.output[-3000:]}")
+
+
+async def one_rate(
+    s: Setup, client: SignedClient, rate: int, seconds: float, *, settle: bool
+) -> tuple[int, float, float, float, float]:
+    """Open loop: an intent (create then confirm, two requests) starts every 2/rate seconds."""
+    pool = s.payments.pool
+    latencies: list[float] = []
+    errors = 0
+    before = await settled(pool)
+
+    async def one(i: int) -> None:
+        nonlocal errors
+        payer, payee = s.pairs[i % len(s.pairs)]
+        body = {
+            "channel": "internal-p2p",
+            "amount": 100,
+            "currency": "THB",
+            "payer_account_id": str(payer),
+            "payee_account_id": str(payee),
+            "description": f"bench {rate} {i}",
+        }
+        t0 = time.perf_counter()
+        created = await client.post("/intents", body)
+        latencies.append(time.perf_counter() - t0)
+        if created.status_code != 201:
+            errors += 1
+            return
+        t1 = time.perf_counter()
+        confirmed = await client.post(f"/intents/{created.json()['id']}/confirm")
+        latencies.append(time.perf_counter() - t1)
+        errors += confirmed.status_code != 200
+
+    intents = int(rate / 2 * seconds)
+    start = time.perf_counter()
+    tasks = []
+    for i in range(intents):
+        delay = start + i * 2 / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
+    sending = time.perf_counter() - start
+    if settle:
+        await drain(pool, before + intents - errors, settled, timeout_s=120)
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+    p50 = statistics.median(latencies) * 1000
+    p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
+    achieved = len(latencies) / sending
+    return rate, achieved, p50, p99, (intents - errors) / elapsed
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--count", type=int, default=5_000, help="Jobs / intents per drain phase.")
+    parser.add_argument("--rates", default="100,200,300,400", help="Request rates of the end-to-end phase.")
+    parser.add_argument("--seconds", type=float, default=5.0, help="Seconds per rate.")
+    args = parser.parse_args()
+    print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores, shared)")
+    url = await make_database()
+    try:
+        s = await setup(url)
+        n = args.count
+
+        async def noop(ctx: JobContext) -> None:
+            async with ctx.transaction():
+                pass
+
+        baseline = await in_process(
+            s, n, noop, [NewJob(SETTLE_KIND, {"n": i}, queue=OUTBOX_QUEUE) for i in range(n)]
+        )
+        await backlog(s, n)
+        settled_rate = await in_process(s, n, settle_handler(s.payments), None)
+        print(f"1. engine baseline, 1 in-process worker, no-op fenced jobs:  {baseline:8.0f} jobs/s")
+        print(
+            f"2. settlement,      1 in-process worker, intent.settle:      {settled_rate:8.0f} intents/s"
+            f"  ({settled_rate / baseline:.2f} x baseline)"
+        )
+        await backlog(s, n)
+        before = await settled(s.payments.pool)
+        procs = workers(url, 2)
+        try:
+            # Timed from the first settlement, so process start-up and the reconciler are left out.
+            await drain(s.payments.pool, before + 1, settled)
+            first = await settled(s.payments.pool)
+            seconds = await drain(s.payments.pool, before + n, settled)
+        finally:
+            stop(procs)
+        rate = (before + n - first) / seconds
+        print(
+            f"3. settlement, 2 outbox-worker processes, backlog of {n}:    {rate:8.0f} intents/s"
+            f"  ({rate / baseline:.2f} x baseline)"
+        )
+        rates = [int(r) for r in args.rates.split(",")]
+        for n_workers, title in ((2, "api + 2 outbox-worker processes"), (0, "api alone, nothing settles")):
+            print(f"4. end to end ({title}), p2p create + confirm:")
+            print("   target req/s  achieved req/s  p50 ms  p99 ms  settled intents/s")
+            for rate, achieved, p50, p99, done in await end_to_end(s, url, rates, args.seconds, n_workers):
+                shown = f"{done:17.0f}" if n_workers else f"{'-':>17}"
+                print(f"   {rate:13d}  {achieved:14.0f}  {p50:6.1f}  {p99:6.1f}  {shown}")
+        await s.payments.pool.close()
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    finally:
+        await drop_database(url)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

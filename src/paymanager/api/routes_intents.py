@@ -1,0 +1,192 @@
+"""`/intents`: quote, create, confirm, cancel, read, list, and the live event stream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Query, Request, Security
+from fastapi.responses import Response
+from sse_starlette.sse import EventSourceResponse
+
+from paymanager.api.auth import authenticate
+from paymanager.api.errors import domain_error_body, domain_status
+from paymanager.api.event_hub import IntentEventHub
+from paymanager.api.idempotent import run_idempotent
+from paymanager.api.schemas import IntentCreate, IntentList, IntentOut, QuoteOut, QuoteRequest
+from paymanager.application import events
+from paymanager.application.cancel_intent import cancel_intent
+from paymanager.application.confirm_intent import confirm_intent
+from paymanager.application.context import Payments
+from paymanager.application.create_intent import IntentRequest, create_intent, quote, quote_view
+from paymanager.application.intent_queries import LIST_LIMIT_MAX, get_intent, intent_view, list_intents
+from paymanager.application.services import ServiceIdentity
+from paymanager.db.pool import Conn
+from paymanager.domain.channels import ChannelName
+from paymanager.domain.errors import IntentExpiredError
+from paymanager.domain.intents import TERMINAL, IntentStatus
+
+router = APIRouter(prefix="/intents", tags=["intents"])
+
+# How long a quiet event stream waits before re-reading its intent (covers a LISTEN reconnect).
+STREAM_RECHECK_S = 5.0
+
+
+@router.post("/quote", response_model=QuoteOut, summary="The fee and total of an amount on a channel")
+async def quote_intent(
+    body: QuoteRequest, request: Request, caller: ServiceIdentity = Security(authenticate)
+) -> Response:
+    payments: Payments = request.app.state.payments
+
+    async def work(_: Conn, __: list[dict[str, Any]]) -> tuple[int, Any]:
+        return 200, quote_view(quote(payments, caller, body.channel.value, body.amount, body.currency))
+
+    return await run_idempotent(request, caller, work)
+
+
+@router.post("", status_code=201, response_model=IntentOut, summary="Create an intent (status created)")
+async def create(
+    body: IntentCreate, request: Request, caller: ServiceIdentity = Security(authenticate)
+) -> Response:
+    payments: Payments = request.app.state.payments
+    wanted = IntentRequest(
+        body.channel.value, body.amount, body.currency, body.payer_account_id, body.payee_account_id,
+        body.description, body.metadata, body.expires_in_sec,
+    )  # fmt: skip
+
+    async def work(conn: Conn, pending: list[dict[str, Any]]) -> tuple[int, Any]:
+        return 201, intent_view(await create_intent(payments, conn, caller, wanted, pending))
+
+    return await run_idempotent(request, caller, work)
+
+
+@router.post(
+    "/{intent_id}/confirm",
+    response_model=IntentOut,
+    summary="Confirm: hold the funds and enqueue the settlement",
+    description="Holds amount + fee with pending ledger transfers and enqueues the settlement in the same "
+    "transaction; the outbox worker then settles it (status settled) and publishes `intent.{id}`. "
+    "**ipps-transfer** intents stop at `confirmed` with `awaiting: psp`: the PSP step that pays them "
+    "out arrives in a later release, until then they stay confirmed, awaiting PSP.",
+)
+async def confirm(
+    intent_id: uuid.UUID, request: Request, caller: ServiceIdentity = Security(authenticate)
+) -> Response:
+    payments: Payments = request.app.state.payments
+
+    async def work(conn: Conn, pending: list[dict[str, Any]]) -> tuple[int, Any]:
+        row = await confirm_intent(payments, conn, caller, intent_id, pending)
+        if row["status"] == IntentStatus.EXPIRED:
+            expired = IntentExpiredError(
+                "the invoice expired before it was confirmed", {"intent": intent_view(row)}
+            )
+            return domain_status(expired), domain_error_body(expired)
+        return 200, intent_view(row)
+
+    return await run_idempotent(request, caller, work)
+
+
+@router.post(
+    "/{intent_id}/cancel",
+    response_model=IntentOut,
+    summary="Cancel: a created intent ends; a confirmed one has its hold voided",
+)
+async def cancel(
+    intent_id: uuid.UUID, request: Request, caller: ServiceIdentity = Security(authenticate)
+) -> Response:
+    payments: Payments = request.app.state.payments
+
+    async def work(conn: Conn, pending: list[dict[str, Any]]) -> tuple[int, Any]:
+        return 200, intent_view(await cancel_intent(payments, conn, caller, intent_id, pending))
+
+    return await run_idempotent(request, caller, work)
+
+
+@router.get("/{intent_id}", response_model=IntentOut, summary="One intent")
+async def get(
+    intent_id: uuid.UUID, request: Request, caller: ServiceIdentity = Security(authenticate)
+) -> dict[str, Any]:
+    payments: Payments = request.app.state.payments
+    async with payments.pool.acquire() as conn:
+        return intent_view(await get_intent(conn, caller, intent_id))
+
+
+@router.get("", response_model=IntentList, summary="Intents, newest first, with cursor pagination")
+async def list_(
+    request: Request,
+    caller: ServiceIdentity = Security(authenticate),
+    status: IntentStatus | None = None,
+    channel: ChannelName | None = None,
+    account_id: uuid.UUID | None = Query(
+        default=None, description="Intents where this account pays or is paid."
+    ),
+    starting_after: uuid.UUID | None = Query(default=None, description="next_cursor of the previous page."),
+    limit: int = Query(default=20, ge=1, le=LIST_LIMIT_MAX),
+) -> dict[str, Any]:
+    payments: Payments = request.app.state.payments
+    async with payments.pool.acquire() as conn:
+        rows, more = await list_intents(
+            conn, caller, status=status.value if status else None, channel=channel.value if channel else None,
+            account_id=account_id, starting_after=starting_after, limit=limit,
+        )  # fmt: skip
+    data = [intent_view(row) for row in rows]
+    return {"object": "list", "data": data, "has_more": more, "next_cursor": data[-1]["id"] if more else None}
+
+
+@router.get(
+    "/{intent_id}/events",
+    summary="Server-sent events: the intent's current state, then every status change",
+    description="The first event is the current state; each later event is one status change "
+    "(`event: intent.<status>`, `id: <version>`). The stream ends after a terminal status.",
+    response_class=EventSourceResponse,
+)
+async def stream_events(
+    intent_id: uuid.UUID, request: Request, caller: ServiceIdentity = Security(authenticate)
+) -> EventSourceResponse:
+    payments: Payments = request.app.state.payments
+    hub: IntentEventHub = request.app.state.event_hub
+    async with payments.pool.acquire() as conn:
+        await get_intent(conn, caller, intent_id)
+    queue = hub.subscribe(str(intent_id))
+    return EventSourceResponse(_stream(request, payments, hub, caller, intent_id, queue))
+
+
+async def _current(payments: Payments, caller: ServiceIdentity, intent_id: uuid.UUID) -> dict[str, Any]:
+    async with payments.pool.acquire() as conn:
+        return events.event_payload(await get_intent(conn, caller, intent_id))
+
+
+def _sse(event: dict[str, Any]) -> dict[str, Any]:
+    return {"event": event["type"], "id": str(event["version"]), "data": orjson.dumps(event).decode()}
+
+
+async def _stream(
+    request: Request,
+    payments: Payments,
+    hub: IntentEventHub,
+    caller: ServiceIdentity,
+    intent_id: uuid.UUID,
+    queue: asyncio.Queue[dict[str, Any]],
+) -> AsyncIterator[dict[str, Any]]:
+    """Subscribed before the first read, so no change between the read and the stream is missed."""
+    deadline = time.monotonic() + payments.settings.sse_max_duration_sec
+    try:
+        event = await _current(payments, caller, intent_id)
+        last = event["version"]
+        yield _sse(event)
+        while event["status"] not in TERMINAL and time.monotonic() < deadline:
+            if await request.is_disconnected():
+                return
+            try:
+                event = await asyncio.wait_for(queue.get(), timeout=STREAM_RECHECK_S)
+            except TimeoutError:
+                event = await _current(payments, caller, intent_id)
+            if event["version"] > last:
+                last = event["version"]
+                yield _sse(event)
+    finally:
+        hub.unsubscribe(str(intent_id), queue)

@@ -1,0 +1,196 @@
+"""Request and response bodies of the payments API, with the limits every field obeys."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
+
+from paymanager.domain.channels import ChannelName
+from paymanager.domain.intents import IntentStatus
+from paymanager.domain.money import MAX_AMOUNT_MINOR
+
+METADATA_BYTES_MAX = 4_096
+
+Amount = Annotated[StrictInt, Field(gt=0, le=MAX_AMOUNT_MINOR, description="Minor units (cents, satang).")]
+CurrencyCode = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code, e.g. THB.")]
+
+
+def _no_nul(value: Any) -> Any:
+    """Text PostgreSQL can store: no NUL characters and no lone surrogates (not UTF-8); refused as bad
+    input here rather than failing later in the driver."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("text must not contain NUL characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _no_nul(key)
+            _no_nul(item)
+    if isinstance(value, list):
+        for item in value:
+            _no_nul(item)
+    return value
+
+
+Text = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AccountCreate(_Strict):
+    kind: Literal["user", "merchant"]
+    currency: CurrencyCode
+    reference: Text | None = Field(
+        default=None, description="Your own id for the account, unique per service."
+    )
+
+
+class AccountOut(BaseModel):
+    id: str
+    kind: str
+    currency: str
+    name: str | None
+    reference: str | None
+    owner_service_id: str | None
+    created_at: str
+
+
+class BalanceOut(BaseModel):
+    account_id: str
+    currency: str
+    posted: int = Field(description="Settled balance.")
+    pending: int = Field(description="Net of holds not yet settled (incoming minus outgoing).")
+    available: int = Field(description="What the account may still spend: posted minus outgoing holds.")
+
+
+class QuoteRequest(_Strict):
+    channel: ChannelName
+    amount: Amount
+    currency: CurrencyCode
+
+
+class QuoteOut(BaseModel):
+    channel: str
+    currency: str
+    amount: int
+    fee: int
+    total: int
+
+
+class IntentCreate(_Strict):
+    channel: ChannelName
+    amount: Amount
+    currency: CurrencyCode
+    payer_account_id: uuid.UUID | None = Field(
+        default=None, description="Omit for admin-transfer (the funding account pays)."
+    )
+    payee_account_id: uuid.UUID | None = Field(
+        default=None, description="Omit for ipps-transfer (the IPPS nostro account is paid)."
+    )
+    description: str | None = Field(default=None, max_length=500)
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description=f"At most {METADATA_BYTES_MAX} bytes as JSON."
+    )
+    expires_in_sec: StrictInt | None = Field(default=None, ge=1, description="merchant-invoice only.")
+
+    @field_validator("description", "metadata")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        return _no_nul(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _small(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            encoded = orjson.dumps(value)
+        except orjson.JSONEncodeError as exc:
+            # Integers beyond 64 bits or nesting deeper than 254 levels cannot be stored as JSON here.
+            raise ValueError(f"metadata cannot be stored: {exc}") from None
+        if len(encoded) > METADATA_BYTES_MAX:
+            raise ValueError(f"metadata must be at most {METADATA_BYTES_MAX} bytes as JSON")
+        return value
+
+
+class IntentOut(BaseModel):
+    id: str
+    channel: str
+    status: IntentStatus
+    awaiting: Literal["settlement", "psp"] | None = Field(
+        description="What a confirmed intent waits for: the outbox settlement, or (ipps-transfer) the PSP."
+    )
+    amount: int
+    fee: int
+    total: int
+    currency: str
+    payer_account_id: str
+    payee_account_id: str
+    description: str | None
+    metadata: dict[str, Any]
+    version: int
+    failure_reason: str | None
+    created_at: str
+    updated_at: str
+    expires_at: str | None
+    confirmed_at: str | None
+    settle_deadline_at: str | None
+    finished_at: str | None
+
+
+class IntentList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[IntentOut]
+    has_more: bool
+    next_cursor: str | None = Field(description="Pass as starting_after to get the next page.")
+
+
+class HistoryList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[IntentOut]
+    has_more: bool
+    next_cursor: str | None
+
+
+class PolicyPut(_Strict):
+    channel: ChannelName
+    service_id: Annotated[str, Field(max_length=40), AfterValidator(_no_nul)] | None = Field(
+        default=None, description="Omit for a channel-wide policy."
+    )
+    min_amount: Amount | None = None
+    max_amount: Amount | None = None
+    daily_volume_per_account: Amount | None = None
+    currencies: list[CurrencyCode] | None = Field(default=None, min_length=1, max_length=50)
+
+
+class PolicyOut(BaseModel):
+    id: str
+    channel: str
+    service_id: str | None
+    min_amount: int | None
+    max_amount: int | None
+    daily_volume_per_account: int | None
+    currencies: list[str] | None
+    created_at: str
+    updated_at: str
+
+
+class PolicyList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[PolicyOut]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any]
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail

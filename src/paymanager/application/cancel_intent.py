@@ -1,0 +1,33 @@
+"""Cancel an intent: before confirm it simply ends; after confirm its holds are voided first."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from paymanager.application import events
+from paymanager.application.context import Payments
+from paymanager.application.intent_queries import get_intent
+from paymanager.application.services import ServiceIdentity
+from paymanager.application.settle_intent import finish
+from paymanager.db.pool import Conn
+from paymanager.domain.intents import IntentStatus
+
+CANCELLED_BY_CALLER = "cancelled by the caller"
+
+
+async def cancel_intent(
+    payments: Payments,
+    conn: Conn,
+    caller: ServiceIdentity,
+    intent_id: uuid.UUID,
+    pending: list[dict[str, Any]],
+) -> Any:
+    """Under the intent's row lock, so a settlement running at the same moment either wins (and the
+    cancel answers 409 invalid_transition) or finds the intent cancelled and does nothing."""
+    row = await get_intent(conn, caller, intent_id, lock=True)
+    updated = await finish(
+        payments, conn, row, IntentStatus.CANCELLED, settled_by=f"api:{caller.id}", reason=CANCELLED_BY_CALLER
+    )
+    pending.append(events.event_payload(updated))
+    return updated

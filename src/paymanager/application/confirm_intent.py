@@ -1,0 +1,82 @@
+"""Confirm an intent: hold its funds with pending transfers and enqueue its settlement, atomically.
+
+The hold, the status change and the settlement job commit in one transaction (the transactional
+outbox): a rollback leaves no hold and no job, a commit leaves both.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from paymanager.application import events, ledger_ops
+from paymanager.application.context import Payments
+from paymanager.application.ids import new_id
+from paymanager.application.intent_queries import get_intent
+from paymanager.application.services import ServiceIdentity
+from paymanager.application.settle_intent import EXPIRED, finish
+from paymanager.db.pool import Conn
+from paymanager.db.sql import load_queries
+from paymanager.domain.intents import IntentStatus, transition
+from paymanager.jobs import OUTBOX_SCHEDULE, enqueue
+
+Q = load_queries("paymanager.application", "intents.sql")
+
+SETTLE_KIND = "intent.settle"
+OUTBOX_QUEUE = "outbox"
+# The ledger's own expiry of a hold comes this long after our settlement deadline, so paymanager
+# always resolves a hold itself and the ledger's timeout is only a backstop.
+HOLD_TIMEOUT_MARGIN_SEC = 3_600
+
+
+def settle_unique_key(intent_id: uuid.UUID) -> str:
+    return f"intent.settle:{intent_id}"
+
+
+async def enqueue_settlement(payments: Payments, conn: Conn, intent_id: uuid.UUID) -> bool:
+    """Enqueue the settlement job of an intent on `conn`; False when a live one already exists."""
+    result = await enqueue(
+        conn,
+        SETTLE_KIND,
+        {"intent_id": str(intent_id)},
+        queue=OUTBOX_QUEUE,
+        max_attempts=payments.settings.outbox_max_attempts,
+        backoff=OUTBOX_SCHEDULE,
+        unique_key=settle_unique_key(intent_id),
+    )
+    return bool(result.created)
+
+
+async def confirm_intent(
+    payments: Payments,
+    conn: Conn,
+    caller: ServiceIdentity,
+    intent_id: uuid.UUID,
+    pending: list[dict[str, Any]],
+) -> Any:
+    """The confirmed intent; or, for an invoice past `expires_at`, the intent now `expired`."""
+    row = await get_intent(conn, caller, intent_id, lock=True)
+    channel = payments.channels.get(row["channel"])
+    now = payments.clock()
+    transition(IntentStatus(row["status"]), IntentStatus.CONFIRMED, expires=channel.expires)
+    if row["expires_at"] is not None and now >= row["expires_at"]:
+        # The invoice expires now (committed), and the caller learns it from the returned status.
+        expired = await finish(
+            payments, conn, row, IntentStatus.EXPIRED, settled_by="confirm", reason=EXPIRED
+        )
+        pending.append(events.event_payload(expired))
+        return expired
+    deadline_sec = payments.settings.intent_settle_deadline_sec
+    hold_id = new_id()
+    await ledger_ops.hold(payments.ledger, conn, row, hold_id, deadline_sec + HOLD_TIMEOUT_MARGIN_SEC)
+    updated = await conn.fetchrow(
+        Q["intent_confirm"], intent_id, now, now + timedelta(seconds=deadline_sec), hold_id
+    )
+    assert updated is not None, "the row lock guarantees the intent is still created"
+    if channel.settles_on_confirm:
+        await enqueue_settlement(payments, conn, intent_id)
+    payload = events.event_payload(updated)
+    await events.notify(conn, payload)
+    pending.append(payload)
+    return updated

@@ -1,0 +1,43 @@
+"""What the use cases need from the process, gathered once by `bootstrap` and passed explicitly."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from paymanager.adapters.secret_box import SecretBox
+from paymanager.application.events import EventPublisher
+from paymanager.config import Settings
+from paymanager.db.pool import Pool
+from paymanager.domain.channels import ChannelRegistry, SystemAccount, system_account_name
+
+Clock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Payments:
+    """The payment component of one process: its pool, ledger, channels, keys and publisher."""
+
+    pool: Pool
+    ledger: Any
+    channels: ChannelRegistry
+    box: SecretBox
+    settings: Settings
+    publisher: EventPublisher
+    process_id: str
+    clock: Clock = system_clock
+    # `system.<role>.<CCY>` -> our account id, seeded at start-up.
+    system_accounts: dict[str, uuid.UUID] = field(default_factory=dict)
+
+    def system_account(self, role: SystemAccount, currency: str, shard: int | None = None) -> uuid.UUID:
+        name = system_account_name(role, currency, shard)
+        found = self.system_accounts.get(name)
+        assert found is not None, f"system account {name} was not seeded at start-up"
+        return found

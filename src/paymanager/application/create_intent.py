@@ -1,0 +1,147 @@
+"""Quote and create an intent: channel, scope, accounts, currency and policies are checked here."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from paymanager.application import events, policies
+from paymanager.application.context import Payments
+from paymanager.application.ids import new_id
+from paymanager.application.services import ServiceIdentity
+from paymanager.db.pool import Conn
+from paymanager.db.sql import load_queries
+from paymanager.domain.channels import FEE_SHARDS, AccountKind, Channel, Quote, SystemAccount
+from paymanager.domain.errors import CurrencyMismatchError, InvalidInputError, NotFoundError
+from paymanager.domain.money import positive
+
+Q = load_queries("paymanager.application", "intents.sql")
+QA = load_queries("paymanager.application", "accounts.sql")
+
+
+@dataclass(frozen=True, slots=True)
+class IntentRequest:
+    channel: str
+    amount: int
+    currency: str
+    payer_account_id: uuid.UUID | None = None
+    payee_account_id: uuid.UUID | None = None
+    description: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    expires_in_sec: int | None = None
+
+
+def quote(payments: Payments, caller: ServiceIdentity, channel_name: str, amount: int, code: str) -> Quote:
+    channel = payments.channels.get(channel_name)
+    channel.check_scope(caller.scopes)
+    return channel.quote(positive(amount, code))
+
+
+def quote_view(q: Quote) -> dict[str, Any]:
+    return {
+        "channel": q.channel.value,
+        "currency": q.amount.currency,
+        "amount": q.amount.amount,
+        "fee": q.fee.amount,
+        "total": q.total.amount,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Party:
+    id: uuid.UUID
+    kind: AccountKind
+    owner_service_id: str | None
+
+    @property
+    def checked(self) -> tuple[object, AccountKind]:
+        return self.id, self.kind
+
+
+async def _party(
+    payments: Payments,
+    conn: Conn,
+    channel: Channel,
+    side: str,
+    given: uuid.UUID | None,
+    system: SystemAccount | None,
+    code: str,
+) -> _Party | None:
+    """The account on one side: the channel's system account, or the caller's choice checked to exist."""
+    if system is not None:
+        if given is not None:
+            raise InvalidInputError(
+                f"channel {channel.name.value} chooses the {side} itself; do not send {side}_account_id",
+                {"channel": channel.name.value, "field": f"{side}_account_id"},
+            )
+        return _Party(payments.system_account(system, code), AccountKind.SYSTEM, None)
+    if given is None:
+        return None
+    row = await conn.fetchrow(QA["account_get"], given)
+    if row is None:
+        raise NotFoundError(f"no such {side} account", {f"{side}_account_id": str(given)})
+    if row["currency"] != code:
+        raise CurrencyMismatchError(
+            f"the {side} account holds {row['currency']}, not {code}",
+            {f"{side}_account_id": str(given), "account_currency": row["currency"], "currency": code},
+        )
+    return _Party(row["id"], AccountKind(row["kind"]), row["owner_service_id"])
+
+
+async def create_intent(
+    payments: Payments,
+    conn: Conn,
+    caller: ServiceIdentity,
+    request: IntentRequest,
+    pending: list[dict[str, Any]],
+) -> Any:
+    """Insert a `created` intent in the caller's transaction; its event goes into `pending`."""
+    channel = payments.channels.get(request.channel)
+    channel.check_scope(caller.scopes)
+    q = channel.quote(positive(request.amount, request.currency))
+    code = request.currency
+    payer = await _party(
+        payments, conn, channel, "payer", request.payer_account_id, channel.payer_system, code
+    )
+    payee = await _party(
+        payments, conn, channel, "payee", request.payee_account_id, channel.payee_system, code
+    )
+    channel.check_parties(
+        payer.checked if payer and not channel.payer_system else None,
+        payee.checked if payee and not channel.payee_system else None,
+    )
+    assert payer is not None
+    assert payee is not None
+    # The initiating side must be the caller's own account: a merchant invoices from its account,
+    # every other channel spends from the payer's (system payers are guarded by scope instead).
+    initiator = payee if channel.expires else payer
+    if initiator.kind is not AccountKind.SYSTEM and not (
+        caller.is_admin or initiator.owner_service_id == caller.id
+    ):
+        side = "payee" if channel.expires else "payer"
+        raise NotFoundError(f"no such {side} account", {f"{side}_account_id": str(initiator.id)})
+    now = payments.clock()
+    await policies.enforce(conn, channel.name.value, caller.id, payer.id, q.amount, now)
+    expires_at = None
+    if channel.expires:
+        ttl = request.expires_in_sec or payments.settings.invoice_default_ttl_sec
+        if not 1 <= ttl <= payments.settings.invoice_max_ttl_sec:
+            raise InvalidInputError(
+                f"expires_in_sec must be between 1 and {payments.settings.invoice_max_ttl_sec}",
+                {"expires_in_sec": ttl},
+            )
+        expires_at = now + timedelta(seconds=ttl)
+    intent_id = new_id()
+    fee_account = None
+    if q.fee.amount > 0:
+        fee_account = payments.system_account(SystemAccount.FEES, code, intent_id.int % FEE_SHARDS)
+    row = await conn.fetchrow(
+        Q["intent_insert"], intent_id, caller.id, channel.name.value, q.amount.amount, q.fee.amount, code,
+        payer.id, payee.id, fee_account, request.description, request.metadata, now, expires_at,
+    )  # fmt: skip
+    # No NOTIFY: nothing can follow an intent over SSE before it exists. Redis subscribers (who may
+    # listen to every intent) get the event after the commit.
+    pending.append(events.event_payload(row))
+    return row

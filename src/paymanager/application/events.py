@@ -1,0 +1,56 @@
+"""Intent events: NOTIFY inside the transaction that changes the status, Redis after it commits.
+
+PostgreSQL NOTIFY is transactional, so an api replica's SSE stream never sees a status that was
+rolled back. Redis pub/sub (when `REDIS_URL` is set) fans out to other services on topic
+`intent.{id}`; it is published after the commit, so a crash between the two can lose a Redis
+message but never announce a change that did not happen. Subscribers re-read the intent when in doubt.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import orjson
+
+from paymanager.db.pool import Conn
+from paymanager.db.sql import load_queries
+
+Q = load_queries("paymanager.application", "intents.sql")
+
+# One NOTIFY channel for every intent: a replica LISTENs once and routes by the payload's intent id.
+NOTIFY_CHANNEL = "paymanager_intent"
+
+
+def topic(intent_id: str) -> str:
+    return f"intent.{intent_id}"
+
+
+class EventPublisher(Protocol):
+    async def publish(self, topic: str, payload: dict[str, Any]) -> None: ...
+
+
+class NoPublisher:
+    """Used when `REDIS_URL` is unset: NOTIFY alone carries the events."""
+
+    async def publish(self, topic: str, payload: dict[str, Any]) -> None:
+        del topic, payload
+
+
+def event_payload(intent: Any) -> dict[str, Any]:
+    """The event of one status change: enough to act on without reading the intent again."""
+    return {
+        "type": f"intent.{intent['status']}",
+        "intent_id": str(intent["id"]),
+        "status": intent["status"],
+        "version": intent["version"],
+        "amount": intent["amount"],
+        "fee": intent["fee"],
+        "currency": intent["currency"],
+        "channel": intent["channel"],
+        "at": intent["updated_at"].isoformat(),
+    }
+
+
+async def notify(conn: Conn, payload: dict[str, Any]) -> None:
+    """NOTIFY on the caller's transaction: delivered only if it commits."""
+    await conn.execute(Q["intent_notify"], NOTIFY_CHANNEL, orjson.dumps(payload).decode())

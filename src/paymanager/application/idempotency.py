@@ -1,0 +1,86 @@
+"""Idempotency-Key: the first outcome of a key is stored with the work it describes, and replayed.
+
+The key is claimed by inserting its row in the same transaction as the request's effects. A second
+request with the key, arriving while the first is running, waits on the row's primary key and then
+reads the committed outcome, so concurrent requests produce one effect and one answer. A request
+with the same key but another method, path or body is a conflict, never a silent success.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from paymanager.application.errors import IdempotencyKeyMissingError, IdempotencyKeyReusedError
+from paymanager.db.pool import Conn
+from paymanager.db.sql import load_queries
+from paymanager.domain.errors import InvalidInputError
+
+Q = load_queries("paymanager.application", "idempotency.sql")
+
+KEY_CHARS_MAX = 255
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOutcome:
+    status_code: int
+    body: Any
+
+
+def request_hash(method: str, path: str, body: bytes) -> bytes:
+    return hashlib.sha256(method.encode() + b"\n" + path.encode() + b"\n" + body).digest()
+
+
+def check_key(key: str | None) -> str:
+    if key is None or key == "":
+        raise IdempotencyKeyMissingError(
+            "every POST needs an Idempotency-Key header (a UUID is a good key)", {"header": "Idempotency-Key"}
+        )
+    if len(key) > KEY_CHARS_MAX or not key.isprintable():
+        raise InvalidInputError(
+            f"Idempotency-Key must be 1 to {KEY_CHARS_MAX} printable characters",
+            {"header": "Idempotency-Key"},
+        )
+    return key
+
+
+async def claim(
+    conn: Conn,
+    service_id: str,
+    key: str,
+    method: str,
+    path: str,
+    digest: bytes,
+    now: datetime,
+    ttl_sec: int,
+) -> StoredOutcome | None:
+    """Claim `key` inside the caller's transaction; returns the stored outcome when there is one.
+
+    Raises `IdempotencyKeyReusedError` when the key was used for a different request.
+    """
+    expires = now + timedelta(seconds=ttl_sec)
+    claimed = await conn.fetchval(
+        Q["idempotency_key_claim"], service_id, key, method, path, digest, now, expires
+    )
+    if claimed is not None:
+        return None
+    row = await conn.fetchrow(Q["idempotency_key_get"], service_id, key)
+    assert row is not None, "the conflicting row was committed before our claim returned"
+    assert row["status_code"] is not None, "a committed key always has its outcome"
+    if row["request_hash"] != digest:
+        raise IdempotencyKeyReusedError(
+            "this Idempotency-Key was used for a different request; use a new key for a new request",
+            {"key": key, "first_method": row["method"], "first_path": row["path"]},
+        )
+    return StoredOutcome(row["status_code"], row["response_body"])
+
+
+async def store(conn: Conn, service_id: str, key: str, outcome: StoredOutcome) -> None:
+    await conn.execute(Q["idempotency_key_store"], service_id, key, outcome.status_code, outcome.body)
+
+
+async def prune(conn: Conn, now: datetime, limit: int) -> int:
+    status = await conn.execute(Q["idempotency_key_prune"], now, limit)
+    return int(status.split()[-1])

@@ -1,0 +1,24 @@
+-- name: idempotency_key_claim
+-- Claims key $2 of service $1 in the caller's transaction. A concurrent claim of the same key waits
+-- here until the first transaction ends. Returns nothing when an unexpired outcome is stored; an
+-- expired one is taken over.
+INSERT INTO idempotency_key (service_id, key, method, path, request_hash, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (service_id, key) DO UPDATE
+   SET method = EXCLUDED.method, path = EXCLUDED.path, request_hash = EXCLUDED.request_hash,
+       status_code = NULL, response_body = NULL, created_at = EXCLUDED.created_at,
+       expires_at = EXCLUDED.expires_at
+ WHERE idempotency_key.expires_at <= EXCLUDED.created_at
+RETURNING 1;
+
+-- name: idempotency_key_get
+SELECT method, path, request_hash, status_code, response_body
+  FROM idempotency_key
+ WHERE service_id = $1 AND key = $2;
+
+-- name: idempotency_key_store
+UPDATE idempotency_key SET status_code = $3, response_body = $4 WHERE service_id = $1 AND key = $2;
+
+-- name: idempotency_key_prune
+DELETE FROM idempotency_key
+ WHERE (service_id, key) IN (SELECT service_id, key FROM idempotency_key WHERE expires_at < $1 LIMIT $2);

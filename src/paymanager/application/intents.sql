@@ -1,0 +1,99 @@
+-- name: intent_insert
+INSERT INTO intent (id, service_id, channel, amount, fee, currency, payer_account_id, payee_account_id,
+                    fee_account_id, description, metadata, created_at, updated_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13)
+RETURNING *;
+
+-- name: intent_get
+SELECT * FROM intent WHERE id = $1;
+
+-- name: intent_lock
+-- Serialises every change of one intent (confirm, cancel, settle, reconcile) on its row.
+SELECT * FROM intent WHERE id = $1 FOR UPDATE;
+
+-- name: intent_confirm
+UPDATE intent
+   SET status = 'confirmed', version = version + 1, confirmed_at = $2, updated_at = $2,
+       settle_deadline_at = $3, hold_id = $4
+ WHERE id = $1 AND status = 'created'
+RETURNING *;
+
+-- name: intent_finish
+-- Moves an intent from status $3 to the terminal status $2; nothing when it is no longer in $3.
+UPDATE intent
+   SET status = $2, version = version + 1, finished_at = $4, updated_at = $4, failure_reason = $5
+ WHERE id = $1 AND status = $3
+RETURNING *;
+
+-- name: intent_list
+-- Newest first; $1 service (NULL: every service, admin only), $2 status, $3 channel, $4 account,
+-- $5 cursor (ids below it), $6 limit.
+SELECT *
+  FROM intent
+ WHERE ($1::text IS NULL OR service_id = $1)
+   AND ($2::text IS NULL OR status = $2)
+   AND ($3::text IS NULL OR channel = $3)
+   AND ($4::uuid IS NULL OR payer_account_id = $4 OR payee_account_id = $4)
+   AND ($5::uuid IS NULL OR id < $5)
+ ORDER BY id DESC
+ LIMIT $6;
+
+-- name: intent_daily_volume
+-- What payer $1 committed on channel $2 since $3 (intents that did not fail, cancel or expire).
+SELECT coalesce(sum(amount), 0)::bigint
+  FROM intent
+ WHERE payer_account_id = $1 AND channel = $2 AND created_at >= $3
+   AND status IN ('created', 'confirmed', 'settled');
+
+-- name: intent_confirmed_batch
+-- Confirmed intents settled by the outbox (not those awaiting a PSP), oldest deadline first, after
+-- cursor $1 (a deadline and id pair), at most $3.
+SELECT id, settle_deadline_at
+  FROM intent
+ WHERE status = 'confirmed' AND channel <> 'ipps-transfer'
+   AND (settle_deadline_at, id) > ($1, $2)
+ ORDER BY settle_deadline_at, id
+ LIMIT $3;
+
+-- name: intent_history
+-- Intents where account $1 pays or is paid, newest first, below cursor $2, at most $3.
+SELECT *
+  FROM intent
+ WHERE (payer_account_id = $1 OR payee_account_id = $1 OR fee_account_id = $1)
+   AND ($2::uuid IS NULL OR id < $2)
+ ORDER BY id DESC
+ LIMIT $3;
+
+-- name: intent_notify
+SELECT pg_notify($1, $2);
+
+-- name: intent_finish_settled
+-- Ends a confirmed intent (status $3 -> $2 at $4, reason $5) and writes its settlement row (outcome
+-- $6, by $7) in one statement; nothing when the intent is no longer in $3.
+WITH finished AS (
+    UPDATE intent
+       SET status = $2, version = version + 1, finished_at = $4, updated_at = $4, failure_reason = $5
+     WHERE id = $1 AND status = $3
+    RETURNING *
+), recorded AS (
+    INSERT INTO settlement (intent_id, outcome, status, amount, fee, currency, settled_by, created_at)
+    SELECT id, $6, status, amount, fee, currency, $7, $4 FROM finished
+    RETURNING intent_id
+)
+SELECT finished.* FROM finished JOIN recorded ON recorded.intent_id = finished.id;
+
+-- name: intent_expire_due
+-- Expires up to $2 created invoices whose expires_at passed at $1, in one statement; rows another
+-- process is expiring (or confirming) are skipped, so concurrent sweeps never expire one twice.
+WITH due AS (
+    SELECT id FROM intent
+     WHERE status = 'created' AND expires_at <= $1
+     ORDER BY expires_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE intent
+   SET status = 'expired', version = version + 1, finished_at = $1, updated_at = $1, failure_reason = $3
+  FROM due
+ WHERE intent.id = due.id
+RETURNING intent.*;

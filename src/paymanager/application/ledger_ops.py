@@ -1,0 +1,187 @@
+"""Every use of the ledger by payments: accounts, and the hold / post / void of an intent's funds.
+
+An intent's funds are held by one or two linked pending transfers: payer -> payee for the amount and
+payer -> fees for the fee. Their ids derive from the intent's `hold_id`, chosen at confirm, and the
+post/void ids derive from the hold ids, so a retried settlement submits the same ids and the ledger
+answers `exists` (or `pending_transfer_already_posted`) instead of moving money twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from paymanager.application.ids import new_id, transfer_id
+from paymanager.db.pool import Conn
+from paymanager.domain.channels import AccountKind, ChannelName
+from paymanager.domain.errors import InsufficientFundsError
+from paymanager.domain.money import currency
+from paymanager.ledger import (
+    AMOUNT_MAX,
+    Account,
+    AccountFlags,
+    CreateTransferResult,
+    Transfer,
+    TransferFlags,
+    account_id_for,
+    ensure_accounts,
+)
+
+ACCOUNT_CODES = {AccountKind.USER: 1, AccountKind.MERCHANT: 2, AccountKind.SYSTEM: 10}
+# Transfer codes say why money moved; the fee leg has its own code on every channel.
+TRANSFER_CODES = {
+    ChannelName.INTERNAL_P2P: 1,
+    ChannelName.IPPS_TRANSFER: 2,
+    ChannelName.SERVICE_TRANSFER: 3,
+    ChannelName.ADMIN_TRANSFER: 4,
+    ChannelName.MERCHANT_INVOICE: 5,
+}
+FEE_TRANSFER_CODE = 100
+
+# Results that mean "this hold is already resolved the way we wanted" when retried.
+_POSTED = {CreateTransferResult.pending_transfer_already_posted}
+_VOIDED = {
+    CreateTransferResult.pending_transfer_already_voided,
+    CreateTransferResult.pending_transfer_expired,
+}
+
+
+class LedgerRefusedError(RuntimeError):
+    """The ledger refused a transfer for a reason that is a bug or a broken invariant, not the client's."""
+
+
+def new_account_id() -> uuid.UUID:
+    return new_id()
+
+
+def system_account_id(name: str) -> uuid.UUID:
+    """The ledger's id of a system account name (the same in every process), as our row id."""
+    return uuid.UUID(int=account_id_for(name))
+
+
+async def open_account(ledger: Any, conn: Conn, account_id: uuid.UUID, code: str, kind: AccountKind) -> None:
+    """A customer account may never go below zero: pending debits count against it."""
+    account = Account(
+        id=account_id.int,
+        ledger=currency(code).numeric,
+        code=ACCOUNT_CODES[kind],
+        flags=AccountFlags.DEBITS_MUST_NOT_EXCEED_CREDITS,
+    )
+    await _create_accounts(ledger, conn, [account])
+
+
+async def ensure_system_accounts(ledger: Any, ids_by_currency: list[tuple[uuid.UUID, str]]) -> None:
+    """Create the missing system accounts and verify the others (ledger, code, flags) match.
+
+    System accounts have no limit: funding goes negative as money enters the platform.
+    """
+    accounts = [
+        Account(id=account_id.int, ledger=currency(code).numeric, code=ACCOUNT_CODES[AccountKind.SYSTEM])
+        for account_id, code in ids_by_currency
+    ]
+    await ensure_accounts(ledger, accounts)
+
+
+async def _create_accounts(ledger: Any, conn: Conn, accounts: list[Account]) -> None:
+    results = await ledger.create_accounts(accounts, conn=conn)
+    bad = [r for r in results if not r.ok]
+    if bad:
+        raise LedgerRefusedError(f"the ledger refused accounts: {[r.result.name for r in bad]}")
+
+
+async def balance(ledger: Any, account_id: uuid.UUID) -> dict[str, int]:
+    figures = await ledger.balance(account_id.int)
+    return {"posted": figures.posted, "pending": figures.pending, "available": figures.available}
+
+
+def _legs(intent: Any) -> list[tuple[str, int, int, int]]:
+    """(purpose, debit account, credit account, amount) of each hold leg of `intent`."""
+    legs = [("amount", intent["payer_account_id"].int, intent["payee_account_id"].int, intent["amount"])]
+    if intent["fee"] > 0:
+        legs.append(("fee", intent["payer_account_id"].int, intent["fee_account_id"].int, intent["fee"]))
+    return legs
+
+
+def _code(intent: Any, purpose: str) -> int:
+    return FEE_TRANSFER_CODE if purpose == "fee" else TRANSFER_CODES[ChannelName(intent["channel"])]
+
+
+async def hold(ledger: Any, conn: Conn, intent: Any, hold_id: uuid.UUID, timeout_sec: int) -> None:
+    """Hold the intent's amount and fee with linked pending transfers, or raise `InsufficientFundsError`."""
+    legs = _legs(intent)
+    transfers = [
+        Transfer(
+            id=transfer_id(hold_id, f"hold.{purpose}"),
+            debit_account_id=debit,
+            credit_account_id=credit,
+            amount=amount,
+            user_data_128=intent["id"].int,
+            timeout=timeout_sec,
+            ledger=currency(intent["currency"]).numeric,
+            code=_code(intent, purpose),
+            flags=TransferFlags.PENDING | (TransferFlags.LINKED if index < len(legs) - 1 else 0),
+        )
+        for index, (purpose, debit, credit, amount) in enumerate(legs)
+    ]
+    results = await ledger.create_transfers(transfers, conn=conn)
+    if all(r.ok for r in results):
+        return
+    reasons = {r.result for r in results} - {CreateTransferResult.linked_event_failed}
+    if CreateTransferResult.exceeds_credits in reasons:
+        raise InsufficientFundsError(
+            "the payer's available balance does not cover the amount and fee",
+            {"account_id": str(intent["payer_account_id"]), "needed": intent["amount"] + intent["fee"]},
+        )
+    raise LedgerRefusedError(
+        f"the ledger refused the hold of intent {intent['id']}: {sorted(r.name for r in reasons)}"
+    )
+
+
+async def resolve(ledger: Any, conn: Conn, intent: Any, *, post: bool) -> bool:
+    """Post (`post=True`) or void the intent's holds. Returns False when a post found them voided or
+    expired (the funds are released, so the intent must fail); True otherwise. Idempotent."""
+    hold_id = intent["hold_id"]
+    legs = _legs(intent)
+    action = "post" if post else "void"
+    flag = TransferFlags.POST_PENDING_TRANSFER if post else TransferFlags.VOID_PENDING_TRANSFER
+    transfers = [
+        Transfer(
+            id=transfer_id(hold_id, f"{action}.{purpose}"),
+            pending_id=transfer_id(hold_id, f"hold.{purpose}"),
+            amount=AMOUNT_MAX if post else 0,
+            user_data_128=intent["id"].int,
+            ledger=currency(intent["currency"]).numeric,
+            code=_code(intent, purpose),
+            flags=flag | (TransferFlags.LINKED if index < len(legs) - 1 else 0),
+        )
+        for index, (purpose, _, _, _) in enumerate(legs)
+    ]
+    results = await ledger.create_transfers(transfers, conn=conn)
+    done = _POSTED if post else _VOIDED
+    released = _VOIDED if post else set()
+    outcome = True
+    for result in results:
+        if result.ok or result.result in done or result.result is CreateTransferResult.linked_event_failed:
+            continue
+        if result.result in released:
+            outcome = False
+            continue
+        raise LedgerRefusedError(
+            f"the ledger refused to {action} intent {intent['id']}: {result.result.name}"
+        )
+    return outcome
+
+
+EXPIRE_KIND = "ledger.expire_pending"
+EXPIRE_BATCH = 1_000
+
+
+def expire_pending_handler(ledger: Any) -> Any:
+    """The periodic job that releases holds past their ledger timeout (a backstop: paymanager voids
+    its own holds by their settlement deadline, an hour before the ledger would)."""
+
+    async def handle(ctx: Any) -> None:
+        del ctx
+        await ledger.expire_pending(limit=EXPIRE_BATCH)
+
+    return handle

@@ -1,0 +1,102 @@
+"""The start-up reconciler: confirmed intents left without a live settlement job, or past their
+deadline, are re-enqueued or failed, and each is logged.
+
+Re-enqueueing uses the settlement job's unique key, so an intent whose job is still queued or
+running is left alone (the enqueue finds the live job), and running the reconciler on many
+processes at once enqueues each intent once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from paymanager.application import events
+from paymanager.application.confirm_intent import enqueue_settlement
+from paymanager.application.context import Payments
+from paymanager.application.settle_intent import DEADLINE_PASSED, EXPIRED, finish, publish
+from paymanager.db.sql import load_queries
+from paymanager.domain.intents import IntentStatus
+from paymanager.logging import get_logger
+
+Q = load_queries("paymanager.application", "intents.sql")
+log = get_logger("paymanager.reconciler")
+
+_START = (datetime(1970, 1, 1, tzinfo=UTC), uuid.UUID(int=0))
+
+
+@dataclass
+class ReconcileReport:
+    examined: int = 0
+    reenqueued: int = 0
+    failed: int = 0
+    expired: int = 0
+
+
+async def reconcile(payments: Payments, *, batch_size: int, max_intents: int) -> ReconcileReport:
+    """Walk confirmed intents in deadline order, at most `max_intents` of them, `batch_size` at a time."""
+    report = ReconcileReport()
+    await expire_due_invoices(payments, batch_size=batch_size, max_intents=max_intents, report=report)
+    cursor = _START
+    while report.examined < max_intents:
+        async with payments.pool.acquire() as conn:
+            rows = await conn.fetch(Q["intent_confirmed_batch"], cursor[0], cursor[1], batch_size)
+        if not rows:
+            break
+        report.examined += len(rows)
+        now = payments.clock()
+        for row in rows:
+            if now >= row["settle_deadline_at"]:
+                await _fail_past_deadline(payments, row["id"], report)
+        await _enqueue_missing(payments, [r["id"] for r in rows if now < r["settle_deadline_at"]], report)
+        cursor = (rows[-1]["settle_deadline_at"], rows[-1]["id"])
+    log.info("reconciled stuck intents", examined=report.examined, reenqueued=report.reenqueued,
+             failed=report.failed, expired=report.expired)  # fmt: skip
+    return report
+
+
+async def _enqueue_missing(payments: Payments, intent_ids: list[uuid.UUID], report: ReconcileReport) -> None:
+    """One transaction per batch: an enqueue under a live job's unique key changes nothing."""
+    if not intent_ids:
+        return
+    created: list[uuid.UUID] = []
+    async with payments.pool.acquire() as conn, conn.transaction():
+        for intent_id in intent_ids:
+            if await enqueue_settlement(payments, conn, intent_id):
+                created.append(intent_id)
+    report.reenqueued += len(created)
+    for intent_id in created:
+        log.warning(
+            "re-enqueued the settlement of a confirmed intent with no live job", intent_id=str(intent_id)
+        )
+
+
+async def _fail_past_deadline(payments: Payments, intent_id: uuid.UUID, report: ReconcileReport) -> None:
+    async with payments.pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(Q["intent_lock"], intent_id)
+        if row is None or row["status"] != IntentStatus.CONFIRMED:
+            return
+        updated = await finish(
+            payments, conn, row, IntentStatus.FAILED, settled_by=f"reconciler:{payments.process_id}",
+            reason=DEADLINE_PASSED,
+        )  # fmt: skip
+    report.failed += 1
+    log.warning("failed an intent past its settlement deadline", intent_id=str(intent_id))
+    await publish(payments, events.event_payload(updated))
+
+
+async def expire_due_invoices(
+    payments: Payments, *, batch_size: int, max_intents: int, report: ReconcileReport
+) -> None:
+    """Merchant invoices left created past `expires_at` become expired, one statement per batch."""
+    while report.expired < max_intents:
+        async with payments.pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(Q["intent_expire_due"], payments.clock(), batch_size, EXPIRED)
+            for row in rows:
+                await events.notify(conn, events.event_payload(row))
+        report.expired += len(rows)
+        for row in rows:
+            await publish(payments, events.event_payload(row))
+        if len(rows) < batch_size:
+            return

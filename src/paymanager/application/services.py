@@ -1,0 +1,73 @@
+"""Services: the callers of the API, each with a sealed HMAC secret and scopes such as `admin`."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from paymanager.adapters.secret_box import Sealed, Secret, SecretBox
+from paymanager.application.errors import ServiceNameTakenError
+from paymanager.db.pool import Conn
+from paymanager.db.sql import load_queries
+from paymanager.domain.channels import ADMIN_SCOPE
+
+Q = load_queries("paymanager.application", "services.sql")
+
+SECRET_BYTES = 32
+LIST_LIMIT = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceIdentity:
+    """An authenticated caller. The HMAC key is the UTF-8 bytes of the secret string it was given."""
+
+    id: str
+    name: str
+    scopes: frozenset[str]
+    secret: Secret[bytes]
+    disabled: bool = False
+
+    @property
+    def is_admin(self) -> bool:
+        return ADMIN_SCOPE in self.scopes
+
+
+async def create_service(
+    conn: Conn, box: SecretBox, name: str, *, admin: bool
+) -> tuple[ServiceIdentity, str]:
+    """Register a service; returns it and its secret, which is shown once and never again."""
+    service_id = "svc_" + uuid.uuid4().hex
+    secret = "sk_" + secrets.token_hex(SECRET_BYTES)
+    sealed = box.seal(secret.encode(), service_id.encode())
+    scopes = [ADMIN_SCOPE] if admin else []
+    row = await conn.fetchrow(Q["service_insert"], service_id, name, sealed.ciphertext, sealed.key_id, scopes)
+    if row is None:
+        raise ServiceNameTakenError(f"a service named {name!r} exists", {"name": name})
+    identity = ServiceIdentity(service_id, name, frozenset(scopes), Secret(secret.encode()))
+    return identity, secret
+
+
+async def load_service(conn: Conn, box: SecretBox, service_id: str) -> ServiceIdentity | None:
+    row = await conn.fetchrow(Q["service_get"], service_id)
+    if row is None:
+        return None
+    secret = box.open(Sealed(row["secret_key_id"], row["secret_ciphertext"]), service_id.encode())
+    return ServiceIdentity(
+        row["id"], row["name"], frozenset(row["scopes"]), secret, row["disabled_at"] is not None
+    )
+
+
+async def list_services(conn: Conn) -> list[dict[str, object]]:
+    return [dict(row) for row in await conn.fetch(Q["service_list"], LIST_LIMIT)]
+
+
+async def remember_signature(conn: Conn, signature: bytes, service_id: str, expires_at: datetime) -> bool:
+    """True the first time a signature is presented; False for a replay."""
+    return await conn.fetchval(Q["request_signature_remember"], signature, service_id, expires_at) is not None
+
+
+async def prune_signatures(conn: Conn, now: datetime, limit: int) -> int:
+    status = await conn.execute(Q["request_signature_prune"], now, limit)
+    return int(status.split()[-1])

@@ -1,0 +1,72 @@
+"""`paymanager services`: register API callers and list them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+services_app = typer.Typer(help="Services: the callers of the HTTP API (HMAC-signed).", no_args_is_help=True)
+
+
+@services_app.command("create")
+def create(
+    name: Annotated[str, typer.Argument(help="A unique name, e.g. checkout-backend.")],
+    admin: Annotated[bool, typer.Option("--admin", help="Grant the admin scope.")] = False,
+) -> None:
+    """Register a service and print its id and secret. The secret is shown this once only."""
+    from paymanager.adapters.secret_box import SecretBox
+    from paymanager.application.errors import ServiceNameTakenError
+    from paymanager.application.services import create_service
+    from paymanager.cli import fail, load_settings
+    from paymanager.db.pool import connect
+    from paymanager.runtime import resolve_database_url
+
+    settings = load_settings()
+    kek = settings.psp_config_kek.get_secret_value() if settings.psp_config_kek else None
+    box = SecretBox.from_config(kek)
+
+    async def run() -> tuple[str, str, list[str]]:
+        conn = await connect(resolve_database_url(settings), application_name="paymanager:services")
+        try:
+            identity, secret = await create_service(conn, box, name, admin=admin)
+        finally:
+            await conn.close()
+        return identity.id, secret, sorted(identity.scopes)
+
+    try:
+        service_id, secret, scopes = asyncio.run(run())
+    except ServiceNameTakenError as exc:
+        fail(exc.message)
+    typer.echo(f"service_id: {service_id}")
+    typer.echo(f"secret:     {secret}")
+    typer.echo(f"scopes:     {','.join(scopes) or '(none)'}")
+    typer.echo("Keep the secret now: it is stored encrypted and cannot be shown again.", err=True)
+
+
+@services_app.command("list")
+def list_() -> None:
+    """List services (never their secrets)."""
+    from paymanager.application.services import list_services
+    from paymanager.cli import load_settings
+    from paymanager.db.pool import connect
+    from paymanager.runtime import resolve_database_url
+
+    settings = load_settings()
+
+    async def run() -> list[dict[str, object]]:
+        conn = await connect(resolve_database_url(settings), application_name="paymanager:services")
+        try:
+            return await list_services(conn)
+        finally:
+            await conn.close()
+
+    for row in asyncio.run(run()):
+        scopes = ",".join(row["scopes"]) or "-"  # type: ignore[arg-type]
+        disabled = " (disabled)" if row["disabled_at"] else ""
+        typer.echo(f"{row['id']}  {row['name']}  scopes={scopes}{disabled}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(services_app, name="services")

@@ -1,0 +1,72 @@
+"""Typed failures of the payment domain: what a client did that the rules refuse.
+
+Each carries a stable `code` and `details`; the API maps each class to one HTTP status in one place
+(`paymanager.api.errors`), so the domain says what went wrong and never how to render it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DomainError(Exception):
+    """A rule refused a request; `code` is stable, `details` say which rule and with what values."""
+
+    code = "domain_error"
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+class InvalidAmountError(DomainError):
+    code = "invalid_amount"
+
+
+class UnknownCurrencyError(DomainError):
+    code = "unknown_currency"
+
+
+class CurrencyMismatchError(DomainError):
+    code = "currency_mismatch"
+
+
+class UnknownChannelError(DomainError):
+    code = "unknown_channel"
+
+
+class AccountKindNotAllowedError(DomainError):
+    code = "account_kind_not_allowed"
+
+
+class SameAccountError(DomainError):
+    code = "same_account"
+
+
+class ScopeRequiredError(DomainError):
+    code = "scope_required"
+
+
+class InvalidTransitionError(DomainError):
+    code = "invalid_transition"
+
+
+class IntentExpiredError(DomainError):
+    code = "intent_expired"
+
+
+class PolicyViolationError(DomainError):
+    code = "policy_violation"
+
+
+class InsufficientFundsError(DomainError):
+    code = "insufficient_funds"
+
+
+class NotFoundError(DomainError):
+    code = "not_found"
+
+
+class InvalidInputError(DomainError):
+    code = "invalid_input"

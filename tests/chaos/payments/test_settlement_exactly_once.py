@@ -1,0 +1,129 @@
+"""Two outbox-worker processes settle 2,000 intents; one is killed with SIGKILL midway. Each intent
+is still settled exactly once: one settlement row each, and ledger balances that add up."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import asyncpg
+import pytest
+
+from paymanager import bootstrap
+from paymanager.application.accounts import OpenAccount, open_account
+from paymanager.application.confirm_intent import confirm_intent
+from paymanager.application.context import Payments
+from paymanager.application.create_intent import IntentRequest, create_intent
+from paymanager.application.ledger_ops import balance
+from paymanager.application.services import ServiceIdentity, create_service
+from paymanager.application.settle_intent import settle
+from paymanager.domain.channels import AccountKind
+from tests.integration.payments.conftest import build_runtime
+from tests.support.processes import PaymanagerProcess, paymanager_env
+
+pytestmark = pytest.mark.slow
+
+INTENTS = 2_000
+PAYERS = 20
+AMOUNT = 100
+FUNDING = 1_000_000
+BATCH = 100
+
+
+async def _seed(
+    payments: Payments, caller: ServiceIdentity, admin: ServiceIdentity
+) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
+    payers, payees = [], []
+    async with payments.pool.acquire() as conn, conn.transaction():
+        for _ in range(PAYERS):
+            payers.append(
+                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB")))["id"]
+            )
+            payees.append(
+                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB")))["id"]
+            )
+        for payer in payers:
+            top_up = IntentRequest("admin-transfer", FUNDING, "THB", payee_account_id=payer)
+            row = await create_intent(payments, conn, admin, top_up, [])
+            await confirm_intent(payments, conn, admin, row["id"], [])
+            await settle(payments, conn, row["id"], settled_by="test")
+    return payers, payees
+
+
+async def _create_and_confirm(
+    payments: Payments, caller: ServiceIdentity, payers: list[uuid.UUID], payees: list[uuid.UUID]
+) -> None:
+    for start in range(0, INTENTS, BATCH):
+        async with payments.pool.acquire() as conn, conn.transaction():
+            for i in range(start, start + BATCH):
+                request = IntentRequest("internal-p2p", AMOUNT, "THB", payers[i % PAYERS], payees[i % PAYERS])
+                row = await create_intent(payments, conn, caller, request, [])
+                await confirm_intent(payments, conn, caller, row["id"], [])
+
+
+async def _count(pool: asyncpg.Pool, status: str) -> int:
+    return int(
+        await pool.fetchval(
+            "SELECT count(*) FROM intent WHERE channel = 'internal-p2p' AND status = $1", status
+        )
+    )
+
+
+async def _wait_settled(pool: asyncpg.Pool, at_least: int, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    settled = await _count(pool, "settled")
+    while settled < at_least and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        settled = await _count(pool, "settled")
+    return settled
+
+
+async def test_killed_worker_does_not_make_any_intent_settle_twice(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    payments = bootstrap.payments_of(await build_runtime(pool, database_url))
+    async with pool.acquire() as conn:
+        admin, _ = await create_service(conn, payments.box, "chaos-admin", admin=True)
+        caller, _ = await create_service(conn, payments.box, "chaos-shop", admin=False)
+    payers, payees = await _seed(payments, caller, admin)
+    await _create_and_confirm(payments, caller, payers, payees)
+    env = paymanager_env(
+        database_url, WORKER_ROLES="outbox-worker", JOB_LEASE_MS="2000", JOB_HEARTBEAT_INTERVAL_MS="500",
+        JOB_RESCUE_INTERVAL_MS="500", DB_POOL_MAX_SIZE="6", OUTBOX_BATCH_SIZE="50", OUTBOX_CONCURRENCY="20",
+    )  # fmt: skip
+    victim, survivor = PaymanagerProcess(env), PaymanagerProcess(env)
+    try:
+        assert await _wait_settled(pool, INTENTS // 4, timeout_s=60) >= INTENTS // 4, victim.output
+        victim.kill()  # SIGKILL: its running jobs keep their leases until they expire
+        settled = await _wait_settled(pool, INTENTS, timeout_s=120)
+        assert settled == INTENTS, survivor.output[-3000:]
+    finally:
+        victim.close()
+        assert survivor.terminate() == 0
+        survivor.close()
+    posted = await pool.fetchval(
+        "SELECT count(*) FROM settlement s JOIN intent i ON i.id = s.intent_id "
+        "WHERE i.channel = 'internal-p2p' AND s.outcome = 'posted'"
+    )
+    assert posted == INTENTS
+    # The kill must have interrupted settlements for this test to mean anything: the jobs the victim
+    # held were rescued after their leases expired and settled by the survivor.
+    rescued = await pool.fetchval(
+        "SELECT count(*) FROM job WHERE kind = 'intent.settle' AND stalled_count > 0"
+    )
+    assert rescued > 0
+    fee = int(await pool.fetchval("SELECT fee FROM intent WHERE channel = 'internal-p2p' LIMIT 1"))
+    per_account = INTENTS // PAYERS
+    for payer, payee in zip(payers, payees, strict=True):
+        assert await balance(payments.ledger, payee) == {
+            "posted": per_account * AMOUNT,
+            "pending": 0,
+            "available": per_account * AMOUNT,
+        }
+        paid = per_account * (AMOUNT + fee)
+        assert await balance(payments.ledger, payer) == {
+            "posted": FUNDING - paid,
+            "pending": 0,
+            "available": FUNDING - paid,
+        }

@@ -1,0 +1,138 @@
+"""HMAC authentication over the real app: every 401 reason, replays, tampering, the ±300 s edges."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+
+from tests.integration.payments.conftest import Api
+
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+STAMP = int(NOW.timestamp())
+
+
+async def test_a_signed_request_is_accepted(api: Api) -> None:
+    response = await api.client.get("/intents")
+    assert response.status_code == 200, response.text
+
+
+async def test_health_and_docs_need_no_signature(api: Api) -> None:
+    for path in ("/livez", "/openapi.json", "/docs", "/metrics"):
+        assert (await api.http.get(path)).status_code == 200, path
+
+
+async def test_each_missing_header_is_named(api: Api) -> None:
+    headers = api.client.headers_for("GET", "/intents", b"")
+    for missing in headers:
+        partial = {k: v for k, v in headers.items() if k != missing}
+        response = await api.http.get("/intents", headers=partial)
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "missing_header"
+        assert response.json()["error"]["details"]["missing"] == [missing]
+
+
+async def test_unknown_service_is_refused(api: Api) -> None:
+    headers = api.client.headers_for("GET", "/intents", b"")
+    headers["X-Service-Id"] = "svc_" + "0" * 32
+    response = await api.http.get("/intents", headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unknown_service"
+
+
+async def test_a_wrong_secret_is_a_bad_signature(api: Api) -> None:
+    api.client.secret, real = "sk_wrong", api.client.secret
+    try:
+        response = await api.client.get("/intents")
+    finally:
+        api.client.secret = real
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "bad_signature"
+
+
+async def test_a_body_changed_after_signing_is_a_bad_signature(api: Api) -> None:
+    body = orjson.dumps({"kind": "user", "currency": "THB"})
+    headers = api.client.headers_for("POST", "/accounts", body)
+    headers |= {"Idempotency-Key": "k1", "Content-Type": "application/json"}
+    changed = body.replace(b"THB", b"USD")
+    response = await api.http.post("/accounts", content=changed, headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "bad_signature"
+
+
+async def test_a_query_changed_after_signing_is_a_bad_signature(api: Api) -> None:
+    headers = api.client.headers_for("GET", "/intents?limit=5", b"")
+    response = await api.http.get("/intents?limit=6", headers=headers)
+    assert response.json()["error"]["code"] == "bad_signature"
+
+
+async def test_a_replayed_request_is_refused(api: Api) -> None:
+    headers = api.client.headers_for("GET", "/intents?limit=3", b"")
+    first = await api.http.get("/intents?limit=3", headers=headers)
+    assert first.status_code == 200, first.text
+    again = await api.http.get("/intents?limit=3", headers=headers)
+    assert again.status_code == 401
+    assert again.json()["error"]["code"] == "replayed"
+
+
+async def test_timestamps_exactly_300_s_away_pass_and_301_s_away_fail(api: Api) -> None:
+    api.clock.now = NOW
+    for offset, expected in ((-300, 200), (300, 200), (-301, 401), (301, 401)):
+        response = await api.client.request("GET", "/intents", timestamp=STAMP + offset)
+        assert response.status_code == expected, (offset, response.text)
+        if expected == 401:
+            assert response.json()["error"]["code"] == "stale_timestamp"
+
+
+async def test_a_timestamp_that_is_not_a_number_is_stale(api: Api) -> None:
+    for value in ("yesterday", "9" * 400, "-1", "1e9"):
+        headers = api.client.headers_for("GET", "/intents", b"")
+        headers["X-Timestamp"] = value
+        response = await api.http.get("/intents", headers=headers)
+        assert response.status_code == 401, value
+        assert response.json()["error"]["code"] == "stale_timestamp"
+
+
+async def test_admin_routes_refuse_a_service_without_the_scope(api: Api) -> None:
+    response = await api.client.get("/policies")
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "scope_required"
+    assert (await api.admin.get("/policies")).status_code == 200
+
+
+async def test_openapi_explains_signing(api: Api) -> None:
+    spec = (await api.http.get("/openapi.json")).json()
+    assert "X-Signature" in spec["info"]["description"]
+    assert "replayed" in spec["info"]["description"]
+
+
+async def test_body_over_the_limit_answers_413(api: Api) -> None:
+    body = b"x" * (api.payments.settings.api_max_body_bytes + 1)
+    headers = api.client.headers_for("POST", "/accounts", body) | {"Idempotency-Key": "big"}
+    response = await api.http.post("/accounts", content=body, headers=headers)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+
+
+async def test_every_post_route_refuses_a_replayed_signature(api: Api) -> None:
+    """POSTs remember their signature inside their own transaction; none may skip it."""
+    bodies = {
+        "/accounts": {"kind": "user", "currency": "THB"},
+        "/intents/quote": {"channel": "internal-p2p", "amount": 100, "currency": "THB"},
+        "/intents": {"channel": "internal-p2p", "amount": 100, "currency": "THB"},
+        "/policies": {"channel": "internal-p2p", "max_amount": 10},
+    }
+    spec = (await api.http.get("/openapi.json")).json()
+    posts = [path for path, operations in spec["paths"].items() if "post" in operations]
+    assert len(posts) >= 6
+    for path in posts:
+        concrete = path.replace("{intent_id}", "00000000-0000-7000-8000-000000000000")
+        body = orjson.dumps(bodies.get(path)) if path in bodies else b""
+        headers = api.admin.headers_for("POST", concrete, body) | {"Idempotency-Key": f"replay-{path}"}
+        if body:
+            headers["Content-Type"] = "application/json"
+        first = await api.http.post(concrete, content=body, headers=headers)
+        assert first.status_code != 401, (path, first.text)
+        again = await api.http.post(concrete, content=body, headers=headers)
+        assert again.status_code == 401, (path, again.text)
+        assert again.json()["error"]["code"] == "replayed"

@@ -1,0 +1,282 @@
+"""Intents over the real app and database: flows, refusals, policies, channels, pagination."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from paymanager.application.reconcile import reconcile
+from paymanager.application.settle_intent import settle
+from tests.integration.payments.conftest import Api
+
+
+async def _settle(api: Api, intent_id: str) -> None:
+    async with api.payments.pool.acquire() as conn, conn.transaction():
+        await settle(api.payments, conn, uuid.UUID(intent_id), settled_by="test")
+
+
+async def _funded_pair(api: Api, amount: int = 10_000) -> tuple[str, str]:
+    payer = await api.client.open_account()
+    payee = await api.client.open_account()
+    funding = await api.admin.fund(payer, amount)
+    await _settle(api, funding["id"])
+    return payer, payee
+
+
+def _p2p(payer: str, payee: str, amount: int) -> dict[str, object]:
+    return {
+        "channel": "internal-p2p", "amount": amount, "currency": "THB",
+        "payer_account_id": payer, "payee_account_id": payee,
+    }  # fmt: skip
+
+
+async def test_p2p_quote_create_confirm_settle_moves_amount_and_fee(api: Api) -> None:
+    payer, payee = await _funded_pair(api)
+    quote = await api.client.post(
+        "/intents/quote", {"channel": "internal-p2p", "amount": 2_000, "currency": "THB"}
+    )
+    assert quote.status_code == 200, quote.text
+    fee = quote.json()["fee"]
+    assert quote.json()["total"] == 2_000 + fee
+    created = await api.client.post("/intents", _p2p(payer, payee, 2_000))
+    assert created.status_code == 201, created.text
+    assert created.json()["status"] == "created"
+    assert created.json()["fee"] == fee
+    confirmed = await api.client.post(f"/intents/{created.json()['id']}/confirm")
+    assert confirmed.json()["status"] == "confirmed"
+    held = await api.client.balance(payer)
+    assert held["available"] == 10_000 - 2_000 - fee
+    assert held["posted"] == 10_000
+    await _settle(api, created.json()["id"])
+    final = await api.client.get(f"/intents/{created.json()['id']}")
+    assert final.json()["status"] == "settled"
+    assert (await api.client.balance(payer))["posted"] == 10_000 - 2_000 - fee
+    assert (await api.client.balance(payee))["posted"] == 2_000
+    async with api.payments.pool.acquire() as conn:
+        row = await conn.fetchrow("SELECT * FROM settlement WHERE intent_id = $1::uuid", created.json()["id"])
+    assert row["outcome"] == "posted"
+
+
+async def test_settling_twice_settles_once(api: Api) -> None:
+    payer, payee = await _funded_pair(api)
+    created = await api.client.post("/intents", _p2p(payer, payee, 1_000))
+    await api.client.post(f"/intents/{created.json()['id']}/confirm")
+    await _settle(api, created.json()["id"])
+    await _settle(api, created.json()["id"])
+    assert (await api.client.balance(payee))["posted"] == 1_000
+
+
+async def test_insufficient_funds_answers_422_and_changes_nothing(api: Api) -> None:
+    payer, payee = await _funded_pair(api, amount=1_000)
+    created = await api.client.post("/intents", _p2p(payer, payee, 5_000))
+    refused = await api.client.post(f"/intents/{created.json()['id']}/confirm")
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "insufficient_funds"
+    assert (await api.client.get(f"/intents/{created.json()['id']}")).json()["status"] == "created"
+    assert await api.client.balance(payer) == {
+        "account_id": payer, "currency": "THB", "posted": 1_000, "pending": 0, "available": 1_000,
+    }  # fmt: skip
+
+
+async def test_cancel_before_confirm_ends_it_and_after_confirm_releases_the_hold(api: Api) -> None:
+    payer, payee = await _funded_pair(api)
+    early = await api.client.post("/intents", _p2p(payer, payee, 1_000))
+    cancelled = await api.client.post(f"/intents/{early.json()['id']}/cancel")
+    assert cancelled.json()["status"] == "cancelled"
+    late = await api.client.post("/intents", _p2p(payer, payee, 3_000))
+    await api.client.post(f"/intents/{late.json()['id']}/confirm")
+    assert (await api.client.balance(payer))["available"] < 7_000
+    voided = await api.client.post(f"/intents/{late.json()['id']}/cancel")
+    assert voided.json()["status"] == "cancelled"
+    assert (await api.client.balance(payer))["available"] == 10_000
+    await _settle(api, late.json()["id"])
+    assert (await api.client.balance(payee))["posted"] == 0
+    again = await api.client.post(f"/intents/{late.json()['id']}/confirm")
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "invalid_transition"
+
+
+async def test_policy_refusal_names_the_rule(api: Api) -> None:
+    payer, payee = await _funded_pair(api)
+    put = await api.admin.post("/policies", {"channel": "internal-p2p", "max_amount": 500})
+    assert put.status_code == 200, put.text
+    refused = await api.client.post("/intents", _p2p(payer, payee, 501))
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "policy_violation"
+    assert refused.json()["error"]["details"]["rule"] == "max_amount"
+    assert (await api.client.post("/intents", _p2p(payer, payee, 500))).status_code == 201
+
+
+async def test_daily_volume_counts_earlier_intents_of_the_payer(api: Api) -> None:
+    payer, payee = await _funded_pair(api)
+    await api.admin.post("/policies", {"channel": "internal-p2p", "daily_volume_per_account": 1_000})
+    assert (await api.client.post("/intents", _p2p(payer, payee, 600))).status_code == 201
+    refused = await api.client.post("/intents", _p2p(payer, payee, 600))
+    assert refused.json()["error"]["details"]["rule"] == "daily_volume_per_account"
+
+
+async def test_service_policy_applies_only_to_that_service(api: Api) -> None:
+    await api.admin.post(
+        "/policies", {"channel": "internal-p2p", "service_id": api.client.service_id, "currencies": ["USD"]}
+    )
+    payer, payee = await _funded_pair(api)
+    refused = await api.client.post("/intents", _p2p(payer, payee, 100))
+    assert refused.json()["error"]["details"]["rule"] == "currencies"
+    listed = await api.admin.get("/policies")
+    assert listed.json()["data"][0]["service_id"] == api.client.service_id
+
+
+async def test_admin_transfer_needs_the_admin_scope(api: Api) -> None:
+    account = await api.client.open_account()
+    refused = await api.client.post(
+        "/intents", {"channel": "admin-transfer", "amount": 1, "currency": "THB", "payee_account_id": account}
+    )
+    assert refused.status_code == 403
+
+
+async def test_ipps_transfer_stops_at_confirmed_awaiting_psp(api: Api) -> None:
+    payer, _ = await _funded_pair(api)
+    created = await api.client.post(
+        "/intents",
+        {"channel": "ipps-transfer", "amount": 1_000, "currency": "THB", "payer_account_id": payer},
+    )
+    assert created.status_code == 201, created.text
+    confirmed = await api.client.post(f"/intents/{created.json()['id']}/confirm")
+    assert confirmed.json()["status"] == "confirmed"
+    assert confirmed.json()["awaiting"] == "psp"
+    async with api.payments.pool.acquire() as conn:
+        jobs = await conn.fetchval(
+            "SELECT count(*) FROM job WHERE payload->>'intent_id' = $1", created.json()["id"]
+        )
+    assert jobs == 0
+
+
+async def test_merchant_invoice_cannot_be_confirmed_after_it_expired(api: Api) -> None:
+    payer = await api.client.open_account()
+    merchant = await api.client.open_account(kind="merchant")
+    invoice = await api.client.post(
+        "/intents",
+        {"channel": "merchant-invoice", "amount": 100, "currency": "THB", "payer_account_id": payer,
+         "payee_account_id": merchant, "expires_in_sec": 60},
+    )  # fmt: skip
+    assert invoice.status_code == 201, invoice.text
+    assert invoice.json()["expires_at"] is not None
+    api.clock.now = datetime.now(UTC) + timedelta(seconds=61)
+    refused = await api.client.request(
+        "POST", f"/intents/{invoice.json()['id']}/confirm", timestamp=int(api.clock.now.timestamp())
+    )
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "intent_expired"
+    assert refused.json()["error"]["details"]["intent"]["status"] == "expired"
+    api.clock.now = None
+    assert (await api.client.get(f"/intents/{invoice.json()['id']}")).json()["status"] == "expired"
+
+
+async def test_reconciler_expires_invoices_left_past_their_expiry(api: Api) -> None:
+    payer = await api.client.open_account()
+    merchant = await api.client.open_account(kind="merchant")
+    body = {
+        "channel": "merchant-invoice", "amount": 100, "currency": "THB", "payer_account_id": payer,
+        "payee_account_id": merchant, "expires_in_sec": 60,
+    }  # fmt: skip
+    due = (await api.client.post("/intents", body)).json()["id"]
+    fresh = (await api.client.post("/intents", body | {"expires_in_sec": 3_600})).json()["id"]
+    api.clock.now = datetime.now(UTC) + timedelta(seconds=120)
+    report = await reconcile(api.payments, batch_size=1, max_intents=100)
+    api.clock.now = None
+    assert report.expired == 1
+    assert (await api.client.get(f"/intents/{due}")).json()["status"] == "expired"
+    assert (await api.client.get(f"/intents/{fresh}")).json()["status"] == "created"
+
+
+async def test_bad_input_is_4xx_with_the_error_shape(api: Api) -> None:
+    account = await api.client.open_account()
+    cases = [
+        {"channel": "wire", "amount": 1, "currency": "THB"},
+        {"channel": "internal-p2p", "amount": 1.5, "currency": "THB"},
+        {"channel": "internal-p2p", "amount": "1", "currency": "THB"},
+        {"channel": "internal-p2p", "amount": 1, "currency": "ZZZ", "payer_account_id": account},
+        {
+            "channel": "internal-p2p",
+            "amount": 1,
+            "currency": "USD",
+            "payer_account_id": account,
+            "payee_account_id": account,
+        },
+        {
+            "channel": "internal-p2p",
+            "amount": 1,
+            "currency": "THB",
+            "payer_account_id": account,
+            "payee_account_id": account,
+        },
+        {"channel": "internal-p2p", "amount": 1, "currency": "THB", "description": "nul\u0000"},
+    ]
+    for body in cases:
+        response = await api.client.post("/intents", body)
+        assert 400 <= response.status_code < 500, (body, response.text)
+        assert set(response.json()["error"]) == {"code", "message", "details"}
+    unknown = await api.client.get(f"/intents/{uuid.uuid4()}")
+    assert unknown.status_code == 404
+
+
+async def test_other_services_cannot_see_or_spend_my_accounts(api: Api) -> None:
+    mine = await api.client.open_account()
+    theirs = await api.admin.open_account()
+    spend = await api.client.post("/intents", _p2p(theirs, mine, 1))
+    assert spend.status_code == 404
+    created = await api.admin.post("/intents", _p2p(theirs, mine, 1))
+    assert (await api.client.get(f"/intents/{created.json()['id']}")).status_code == 404
+
+
+async def test_list_pages_newest_first_with_a_cursor(api: Api) -> None:
+    payer, payee = await _funded_pair(api)
+    ids = [(await api.client.post("/intents", _p2p(payer, payee, 10 + i))).json()["id"] for i in range(5)]
+    first = (await api.client.get("/intents?limit=2&channel=internal-p2p")).json()
+    assert [i["id"] for i in first["data"]] == ids[::-1][:2]
+    assert first["has_more"] is True
+    second = (
+        await api.client.get(f"/intents?limit=2&channel=internal-p2p&starting_after={first['next_cursor']}")
+    ).json()
+    assert [i["id"] for i in second["data"]] == ids[::-1][2:4]
+    by_status = (await api.client.get("/intents?status=settled&limit=10")).json()
+    assert by_status["data"] == []
+
+
+async def test_history_lists_the_accounts_intents(api: Api) -> None:
+    payer, payee = await _funded_pair(api)
+    await api.client.post("/intents", _p2p(payer, payee, 10))
+    history = (await api.client.get(f"/accounts/{payer}/history")).json()
+    assert [i["channel"] for i in history["data"]] == ["internal-p2p", "admin-transfer"]
+
+
+async def test_schema_refuses_a_transition_the_state_machine_does_not_draw(api: Api) -> None:
+    payer, payee = await _funded_pair(api)
+    created = await api.client.post("/intents", _p2p(payer, payee, 10))
+    async with api.payments.pool.acquire() as conn:
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute(
+                "UPDATE intent SET status = 'settled', version = version + 1, finished_at = now() "
+                "WHERE id = $1::uuid",
+                created.json()["id"],
+            )
+
+
+async def test_unstorable_text_and_json_are_422_not_500(api: Api) -> None:
+    account = await api.client.open_account()
+    prefix = f'{{"channel": "internal-p2p", "amount": 1, "currency": "THB", "payer_account_id": "{account}"'
+    bodies = [
+        prefix + ', "description": "\\ud800"}',
+        prefix + ', "metadata": {"big": 1180591620717411303424}}',
+        prefix + ', "metadata": {"k\\ud800": 1}}',
+        prefix + ', "metadata": ' + "[" * 300 + "]" * 300 + "}",
+    ]
+    for text in bodies:
+        body = text.encode()
+        headers = api.client.headers_for("POST", "/intents", body)
+        headers |= {"Idempotency-Key": str(uuid.uuid4()), "Content-Type": "application/json"}
+        response = await api.http.post("/intents", content=body, headers=headers)
+        assert response.status_code == 422, (text[:80], response.text)
