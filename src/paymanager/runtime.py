@@ -294,13 +294,29 @@ class Runtime:
             self.pool = None
         log.info("stopped")
 
-    async def run(self) -> None:
-        """Start, serve until SIGTERM/SIGINT, shut down."""
+    async def run(self, after_start: Step | None = None) -> None:
+        """Start, serve until SIGTERM/SIGINT, shut down. `after_start` runs beside the roles once
+        everything listens (the demo of `make run`); its failure is logged, never fatal."""
+        extra: asyncio.Task[None] | None = None
         try:
             await self.start()
+            if after_start is not None:
+                extra = asyncio.create_task(self._run_beside(after_start), name="after-start")
             await self.wait_stopped()
         finally:
+            if extra is not None:
+                extra.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await extra
             await self.shutdown()
+
+    async def _run_beside(self, step: Step) -> None:
+        try:
+            await step(self)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("after-start task failed", error=repr(exc))
 
     # --- internals ---------------------------------------------------------------------------------
 

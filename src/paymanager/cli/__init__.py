@@ -60,6 +60,10 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 @app.command()
 def run(
     migrate: Annotated[bool, typer.Option(help="Apply pending migrations before starting.")] = False,
+    demo: Annotated[
+        bool, typer.Option(help="Once started, move money through the API with a progress display.")
+    ] = False,
+    demo_intents: Annotated[int, typer.Option(min=1, max=100_000, help="p2p intents of the demo.")] = 300,
 ) -> None:
     """Start paymanager with the roles of WORKER_ROLES."""
     from paymanager.logging import configure_logging, get_logger
@@ -67,15 +71,22 @@ def run(
     from paymanager.runtime import Runtime, StartupError, process_id, resolve_database_url
 
     settings = load_settings()
-    configure_logging(
-        settings.log_level, settings.log_format, process=process_id(), roles=describe(settings.worker_roles)
-    )
+    # The demo draws a progress display: keep routine log lines out of it unless LOG_LEVEL asks.
+    level = "warning" if demo and "LOG_LEVEL" not in os.environ else settings.log_level
+    configure_logging(level, settings.log_format, process=process_id(), roles=describe(settings.worker_roles))
     log = get_logger("paymanager")
     if migrate:
         _migrate(resolve_database_url(settings))
     runtime = Runtime(settings)
+    after_start = None
+    if demo:
+        from paymanager.cli.demo import demo_in_runtime
+
+        async def after_start(rt: Runtime) -> None:
+            await demo_in_runtime(rt, accounts=10, intents=demo_intents, concurrency=16)
+
     try:
-        run_async(runtime.run())
+        run_async(runtime.run(after_start))
     except StartupError as exc:
         log.error("start-up failed", step=exc.step, error=str(exc.__cause__ or exc))
         raise typer.Exit(1) from None

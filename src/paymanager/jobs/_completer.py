@@ -12,8 +12,8 @@ from typing import Any
 
 import asyncpg
 
-from paymanager.db.pool import Pool
 from paymanager.jobs._outcomes import Completion, Failure
+from paymanager.jobs._pinned import PinnedConnection
 from paymanager.jobs._queries import Q
 from paymanager.jobs.context import JobContext
 from paymanager.jobs.events import DeadHook, DeadJob, EventPublisher, JobEvent
@@ -23,6 +23,8 @@ from paymanager.logging import get_logger
 log = get_logger("paymanager.jobs.completer")
 
 RETRY_DELAY_S = 0.5
+# Event-loop turns the completer waits before writing on its own (see `run`).
+CLAIM_FIRST_YIELDS = 3
 # A write that keeps failing is retried this many times before its outcomes are dropped; the
 # leases then expire and the rescuer hands the jobs out again (at-least-once, never lost).
 WRITE_TRIES_MAX = 20
@@ -39,14 +41,14 @@ _EVENT_OF_STATE = {
 class Completer:
     def __init__(
         self,
-        pool: Pool,
+        conn: PinnedConnection,
         batch_max: int,
         events: EventPublisher,
         forget: Callable[[list[int]], None],
         requeued: Callable[[str], None],
         on_dead: DeadHook | None,
     ) -> None:
-        self._pool = pool
+        self._conn = conn
         self._batch_max = batch_max
         self._events = events
         self._forget = forget
@@ -58,6 +60,7 @@ class Completer:
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._background: set[asyncio.Task[None]] = set()
 
     @property
     def pending(self) -> int:
@@ -79,12 +82,17 @@ class Completer:
         """A handler completed its job in its own transaction: only the event remains to send."""
         event = JobEvent("completed", ctx.id, ctx.kind, ctx.queue, ctx.attempt)
         task = asyncio.get_running_loop().create_task(self._events.publish([event]))
-        task.add_done_callback(lambda _t: None)
+        # Keep a reference until it is done: the loop holds tasks only weakly.
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def run(self) -> None:
         while True:
             await self._ready.wait()
             self._ready.clear()
+            # Let the claim loop go first: when it claims, it writes these completions with the claim.
+            for _ in range(CLAIM_FIRST_YIELDS):
+                await asyncio.sleep(0)
             while self._completions or self._failures:
                 await self.flush()
             self._idle.set()
@@ -94,9 +102,11 @@ class Completer:
         while self._completions or self._failures:
             await self.flush()
 
+    async def close(self) -> None:
+        await self._conn.close()
+
     async def flush(self) -> None:
-        completions = self._completions[: self._batch_max]
-        del self._completions[: len(completions)]
+        completions = self.take_completions()
         failures = self._failures[: self._batch_max]
         del self._failures[: len(failures)]
         events: list[JobEvent] = []
@@ -109,7 +119,7 @@ class Completer:
         self._pending_ids.difference_update(ids)
         self._forget(ids)
         if events:
-            await self._events.publish(events)
+            await self._events.publish(events, notify_completed=False)
         for ctx, error in dead:
             await self._run_dead_hook(ctx, error)
 
@@ -124,18 +134,47 @@ class Completer:
         log.error("job outcomes dropped after repeated failures; their leases will expire")
 
     async def _complete(self, batch: list[tuple[JobContext, Completion]], events: list[JobEvent]) -> None:
-        rows = await self._pool.fetch(
+        rows = await self._conn.fetch(
             Q["job_complete_many"],
             [c.id for _, c in batch],
             [c.token for _, c in batch],
             [c.result for _, c in batch],
+            self._events.notify_completed,
         )
-        done = {row["id"] for row in rows}
+        self.completed(batch, {row["id"] for row in rows}, events)
+
+    def completed(
+        self, batch: list[tuple[JobContext, Completion]], done: set[int], events: list[JobEvent]
+    ) -> None:
+        """Account for completions written (by `_complete` or piggybacked on a claim)."""
+        if len(done) == len(batch) and not self._events.has_redis:
+            return  # The common case: every completion written, the NOTIFY sent by the statement.
         for ctx, _ in batch:
             if ctx.id in done:
+                # The NOTIFY went out with the statement; Redis (when set) is sent from here.
                 events.append(JobEvent("completed", ctx.id, ctx.kind, ctx.queue, ctx.attempt))
             else:
                 log.warning("job completion refused: lease lost", job_id=ctx.id, kind=ctx.kind)
+
+    def take_completions(self) -> list[tuple[JobContext, Completion]]:
+        """Hand pending completions to the claim statement, which writes them with the next claim."""
+        batch = self._completions[: self._batch_max]
+        del self._completions[: len(batch)]
+        return batch
+
+    def put_back(self, batch: list[tuple[JobContext, Completion]]) -> None:
+        """The claim statement failed: its completions wait for the next write."""
+        self._completions[:0] = batch
+        self._ready.set()
+
+    async def settled(self, batch: list[tuple[JobContext, Completion]], done: set[int]) -> None:
+        events: list[JobEvent] = []
+        self.completed(batch, done, events)
+        ids = [ctx.id for ctx, _ in batch]
+        self._pending_ids.difference_update(ids)
+        self._forget(ids)
+        if events:
+            await self._events.publish(events, notify=False)
 
     async def _fail(
         self,
@@ -143,7 +182,7 @@ class Completer:
         events: list[JobEvent],
         dead: list[tuple[JobContext, dict[str, Any] | None]],
     ) -> None:
-        rows = await self._pool.fetch(
+        rows = await self._conn.fetch(
             Q["job_fail_many"],
             [f.id for _, f in batch],
             [f.token for _, f in batch],

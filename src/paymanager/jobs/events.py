@@ -81,10 +81,17 @@ DeadHook = Callable[[DeadJob], Awaitable[None]]
 class EventPublisher:
     """Sends events after the state change they describe has committed."""
 
-    def __init__(self, pool: Pool, redis_url: str | None = None) -> None:
+    def __init__(self, pool: Pool, redis_url: str | None = None, *, notify_completed: bool = True) -> None:
         self._pool = pool
+        # `completed` events are NOTIFYed by the completing statement itself (one per chunk of jobs,
+        # no extra round trip); this flag is passed to it. Turning it off saves the NOTIFYs.
+        self.notify_completed = notify_completed
         self._redis_url = redis_url
         self._redis: Any = None
+
+    @property
+    def has_redis(self) -> bool:
+        return self._redis_url is not None
 
     async def start(self) -> None:
         if self._redis_url:
@@ -98,12 +105,26 @@ class EventPublisher:
                 await self._redis.aclose()
             self._redis = None
 
-    async def publish(self, events: Sequence[JobEvent]) -> None:
-        """Best effort: an event lost to a broken connection must not fail the job it describes."""
+    async def publish(
+        self, events: Sequence[JobEvent], *, notify: bool = True, notify_completed: bool = True
+    ) -> None:
+        """Best effort: an event lost to a broken connection must not fail the job it describes.
+
+        `notify=False` sends to Redis only (the NOTIFY went out with the statement that wrote the
+        change); `notify_completed=False` does the same for `completed` events only.
+        """
+        if not notify_completed:
+            redis_only = [e for e in events if e.event == "completed"]
+            events = [e for e in events if e.event != "completed"]
+            if redis_only:
+                await self.publish(redis_only, notify=False)
+        if not notify and self._redis is None:
+            return
         for start in range(0, len(events), EVENTS_PER_MESSAGE):
             message = orjson.dumps([e.to_json() for e in events[start : start + EVENTS_PER_MESSAGE]]).decode()
             try:
-                await self._pool.execute(Q["job_events_publish"], CHANNEL_EVENTS, message)
+                if notify:
+                    await self._pool.execute(Q["job_events_publish"], CHANNEL_EVENTS, message)
                 if self._redis is not None:
                     await self._redis.publish(REDIS_CHANNEL, message)
             except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:

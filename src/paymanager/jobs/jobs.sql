@@ -55,9 +55,29 @@ SELECT r.queue, r.kind, r.payload, r.priority, coalesce(r.run_at, now()), r.max_
 RETURNING id
 
 -- name: job_claim_batch
--- Claims, for each queue $1[i], up to $2[i] available jobs (paused queues excluded), in ONE statement;
--- each claimed job gets owner $3, a fresh lease token and a lease of $4 ms.
-WITH wanted AS (
+-- Completes the jobs of the previous batch and claims the next one, in ONE statement and so one
+-- commit (commits, each a WAL flush, bound a durable queue's throughput).
+-- Completes jobs $5[i] still held under lease tokens $6[i] with results $7[i]; then claims, for
+-- each queue $1[i], up to $2[i] available jobs (paused queues excluded) for owner $3, each with a
+-- fresh lease token and a lease of $4 ms. Returns claimed rows (`claimed` true) and the ids of the
+-- completed ones (`claimed` false). `id = ANY(ARRAY(...))` makes the planner update by primary key;
+-- a join on the CTE let it hash-join a scan of the whole table.
+WITH done AS (
+    UPDATE job
+       SET state = 'completed', finalized_at = now(), result = r.result,
+           lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+      FROM unnest($5::bigint[], $6::uuid[], $7::jsonb[]) AS r(id, token, result)
+     WHERE job.id = ANY ($5::bigint[]) AND job.id = r.id AND job.lease_token = r.token
+       AND job.state = 'running'
+    RETURNING job.id, job.kind, job.queue, job.attempt
+), notified AS (
+    -- `completed` events ($8 true), in chunks of 25 so a payload stays under NOTIFY's 8000 bytes.
+    SELECT pg_notify('pm_job_events', json_agg(json_build_object(
+               'e', 'completed', 'id', n.id, 'k', n.kind, 'q', n.queue, 'a', n.attempt))::text)
+      FROM (SELECT d.*, (row_number() OVER () - 1) / 25 AS chunk FROM done AS d) AS n
+     WHERE $8::boolean
+     GROUP BY n.chunk
+), wanted AS (
     SELECT w.queue, w.wanted
       FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
      WHERE w.wanted > 0
@@ -71,19 +91,25 @@ WITH wanted AS (
          ORDER BY j.priority, j.run_at, j.id
          LIMIT wanted.wanted
            FOR UPDATE SKIP LOCKED) AS picked
+), claimed AS (
+    UPDATE job
+       SET state = 'running',
+           attempt = job.attempt + 1,
+           attempted_at = now(),
+           lease_owner = $3,
+           lease_token = gen_random_uuid(),
+           lease_expires_at = now() + make_interval(secs => $4::bigint / 1000.0)
+     WHERE job.id = ANY (ARRAY(SELECT locked.id FROM locked))
+    RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.attempt, job.max_attempts,
+              job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested
 )
-UPDATE job
-   SET state = 'running',
-       attempt = job.attempt + 1,
-       attempted_at = now(),
-       lease_owner = $3,
-       lease_token = gen_random_uuid(),
-       lease_expires_at = now() + make_interval(secs => $4::bigint / 1000.0)
-  FROM locked
- WHERE job.id = locked.id
-RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.attempt, job.max_attempts,
-          job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
-          job.stalled_count
+SELECT true AS claimed, c.id, c.queue, c.kind, c.payload, c.priority, c.attempt, c.max_attempts,
+       c.backoff, c.timeout_ms, c.lease_token, c.parent_id, c.cancel_requested
+  FROM claimed AS c
+UNION ALL
+SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+  FROM done AS d
+ WHERE (SELECT count(*) FROM notified) >= 0
 
 -- name: job_promote_due
 -- Makes scheduled and retryable jobs whose time has come available (bounded), waking their queues.
@@ -100,13 +126,24 @@ SELECT q.queue, count(*) AS n, pg_notify('pm_job_available', q.queue)
   FROM promoted AS q GROUP BY q.queue
 
 -- name: job_complete_many
--- Completes jobs still held under the given lease tokens; returns those completed.
-UPDATE job
-   SET state = 'completed', finalized_at = now(), result = r.result,
-       lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-  FROM unnest($1::bigint[], $2::uuid[], $3::jsonb[]) AS r(id, token, result)
- WHERE job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
-RETURNING job.id, job.queue, job.kind
+-- Completes jobs still held under the given lease tokens; returns those completed, with their
+-- `completed` events published ($4 true) as in job_claim_batch.
+WITH done AS (
+    UPDATE job
+       SET state = 'completed', finalized_at = now(), result = r.result,
+           lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+      FROM unnest($1::bigint[], $2::uuid[], $3::jsonb[]) AS r(id, token, result)
+     WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
+       AND job.state = 'running'
+    RETURNING job.id, job.kind, job.queue, job.attempt
+), notified AS (
+    SELECT pg_notify('pm_job_events', json_agg(json_build_object(
+               'e', 'completed', 'id', n.id, 'k', n.kind, 'q', n.queue, 'a', n.attempt))::text)
+      FROM (SELECT d.*, (row_number() OVER () - 1) / 25 AS chunk FROM done AS d) AS n
+     WHERE $4::boolean
+     GROUP BY n.chunk
+)
+SELECT d.id FROM done AS d WHERE (SELECT count(*) FROM notified) >= 0
 
 -- name: job_complete_fenced
 -- The fenced completion, run inside the handler's own transaction: no row means the lease is lost.
@@ -138,7 +175,7 @@ UPDATE job
        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
   FROM unnest($1::bigint[], $2::uuid[], $3::job_state[], $4::bigint[], $5::jsonb[], $6::boolean[])
        AS r(id, token, state, delay_ms, error, spent)
- WHERE job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
+ WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
 RETURNING job.id, job.queue, job.kind, job.state, job.attempt
 
 -- name: job_heartbeat_many
@@ -146,7 +183,7 @@ RETURNING job.id, job.queue, job.kind, job.state, job.attempt
 UPDATE job
    SET lease_expires_at = now() + make_interval(secs => $3::bigint / 1000.0)
   FROM unnest($1::bigint[], $2::uuid[]) AS r(id, token)
- WHERE job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
+ WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
 RETURNING job.id, job.cancel_requested
 
 -- name: job_release_many
@@ -156,7 +193,8 @@ WITH released AS (
        SET state = 'available', run_at = now(), attempt = greatest(job.attempt - 1, 0),
            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
       FROM unnest($1::bigint[], $2::uuid[]) AS r(id, token)
-     WHERE job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
+     WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
+       AND job.state = 'running'
     RETURNING job.id, job.queue
 )
 SELECT r.id, r.queue, pg_notify('pm_job_available', r.queue) FROM released AS r
@@ -349,3 +387,9 @@ SELECT pg_try_advisory_lock($1)
 
 -- name: job_leader_unlock
 SELECT pg_advisory_unlock($1)
+
+-- name: job_vacuum
+-- Run by the maintenance leader between autovacuum's passes (autovacuum wakes once a minute at best,
+-- which at thousands of jobs a second leaves millions of dead tuples): space freed by claims,
+-- completions and pruning is reused at once, so the table stops growing.
+VACUUM (ANALYZE) job

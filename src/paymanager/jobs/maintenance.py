@@ -120,6 +120,8 @@ class Maintenance:
             ("prune", options.prune_interval_ms, self.prune),
             ("periodic", options.periodic_interval_ms, self.periodic),
         ]
+        if options.vacuum_interval_ms is not None:
+            duties.append(("vacuum", options.vacuum_interval_ms, self.vacuum))
         tick_s = min(interval for _, interval, _ in duties) / 1000
         while not self._stopping.is_set():
             await self._lock_conn.fetchval(Q["job_listener_ping"])
@@ -171,6 +173,11 @@ class Maintenance:
                 )
         if total:
             log.info("finished jobs pruned", count=total)
+
+    async def vacuum(self) -> None:
+        # A plain VACUUM takes no lock that blocks workers; a statement timeout may cut it short on
+        # a huge table, and the next run (or autovacuum) continues.
+        await self._pool.execute(Q["job_vacuum"])
 
     async def periodic(self) -> None:
         if self._options.periodic:

@@ -37,6 +37,8 @@ class WorkerOptions:
     poll_interval_ms: int = 1_000
     # Most jobs claimed by one statement (over all queues).
     claim_batch_max: int = 500
+    # Claims in flight at once, each on its own pooled connection (held for the worker's life).
+    claim_pipeline: int = 2
     # Most completions written by one statement; more wait for the next flush.
     complete_batch_max: int = 1_000
     default_max_attempts: int = 25
@@ -50,6 +52,8 @@ class WorkerOptions:
     # Due scheduled/retryable jobs promoted per poll, at most.
     promote_batch_max: int = 1_000
     redis_url: str | None = None
+    # `completed` events cost a NOTIFY per 25 jobs; a deployment with no subscriber may turn them off.
+    notify_completed_events: bool = True
 
     def __post_init__(self) -> None:
         if not self.owner or len(self.owner) > 200:
@@ -64,6 +68,7 @@ class WorkerOptions:
         _within("poll_interval_ms", self.poll_interval_ms, 10, 3_600_000)
         _within("claim_batch_max", self.claim_batch_max, 1, CLAIM_BATCH_MAX)
         _within("complete_batch_max", self.complete_batch_max, 1, 10_000)
+        _within("claim_pipeline", self.claim_pipeline, 1, 8)
         _within("default_max_attempts", self.default_max_attempts, 1, ATTEMPTS_MAX)
         _within("default_timeout_ms", self.default_timeout_ms, 1, 86_400_000)
         _within("sync_threads", self.sync_threads, 1, 256)
@@ -132,6 +137,8 @@ class MaintenanceOptions:
     promote_batch_max: int = 10_000
     # How often a follower tries to become the leader.
     election_interval_ms: int = 2_000
+    # How often the leader vacuums the jobs table; None leaves it to autovacuum alone.
+    vacuum_interval_ms: int | None = 30_000
 
     def __post_init__(self) -> None:
         _within("rescue_interval_ms", self.rescue_interval_ms, 10, 3_600_000)
@@ -143,6 +150,8 @@ class MaintenanceOptions:
         _within("promote_interval_ms", self.promote_interval_ms, 10, 3_600_000)
         _within("promote_batch_max", self.promote_batch_max, 1, 100_000)
         _within("election_interval_ms", self.election_interval_ms, 10, 600_000)
+        if self.vacuum_interval_ms is not None:
+            _within("vacuum_interval_ms", self.vacuum_interval_ms, 1_000, 86_400_000)
         names = [p.name for p in self.periodic]
         if len(names) != len(set(names)):
             raise ValueError(f"periodic job names must be unique: {names}")

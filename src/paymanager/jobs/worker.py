@@ -20,26 +20,34 @@ from paymanager.db.pool import Pool
 from paymanager.jobs._completer import Completer
 from paymanager.jobs._listener import Listener
 from paymanager.jobs._outcomes import Completion, Failure, decide_failure, snooze
+from paymanager.jobs._pinned import PinnedConnection
 from paymanager.jobs._queries import CHANNEL_AVAILABLE, CHANNEL_CANCEL, Q
 from paymanager.jobs.backoff import backoff_from_json
 from paymanager.jobs.context import JobContext, SnoozeRequest
 from paymanager.jobs.errors import LeaseLostError, PermanentError
 from paymanager.jobs.events import DeadHook, EventPublisher, JobEvent
 from paymanager.jobs.options import CONCURRENCY_MAX, WorkerOptions
-from paymanager.jobs.registry import Registry
+from paymanager.jobs.registry import HandlerSpec, Registry
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.jobs.worker")
 
 # While this many outcomes wait to be written, the worker claims no more (back-pressure).
 PENDING_OUTCOMES_MAX = 5_000
+# How often handler timeouts are checked: one timer for all jobs instead of one per job, so a timeout
+# fires up to this late.
+WATCHDOG_INTERVAL_S = 0.1
+CLAIM_RETRY_DELAY_S = 0.5
 DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Held:
     ctx: JobContext
+    # Monotonic time past which the handler is cancelled as timed out (see `_watchdog_loop`).
+    deadline: float
     task: asyncio.Task[None] | None = None
+    timed_out: bool = False
 
 
 class Worker:
@@ -74,9 +82,19 @@ class Worker:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._threads = ThreadPoolExecutor(self._options.sync_threads, thread_name_prefix="job-sync")
-        self.events = EventPublisher(pool, self._options.redis_url)
+        self.events = EventPublisher(
+            pool, self._options.redis_url, notify_completed=self._options.notify_completed_events
+        )
+        self._idle_conns = [PinnedConnection(pool) for _ in range(self._options.claim_pipeline)]
+        self._all_conns = list(self._idle_conns)
+        self._claims: set[asyncio.Task[None]] = set()
         self._completer = Completer(
-            pool, self._options.complete_batch_max, self.events, self._forget, self._requeued, on_dead
+            PinnedConnection(pool),
+            self._options.complete_batch_max,
+            self.events,
+            self._forget,
+            self._requeued,
+            on_dead,
         )
         self._listener = Listener(
             dsn,
@@ -100,6 +118,7 @@ class Worker:
             asyncio.create_task(self._fetch_loop(), name="job-fetch"),
             asyncio.create_task(self._heartbeat_loop(), name="job-heartbeat"),
             asyncio.create_task(self._completer.run(), name="job-completer"),
+            asyncio.create_task(self._watchdog_loop(), name="job-watchdog"),
         ]
         log.info("job worker started", queues=self._limits, owner=self._options.owner)
 
@@ -123,6 +142,9 @@ class Worker:
         for task in self._tasks[1:]:
             task.cancel()
         await asyncio.gather(*self._tasks[1:], return_exceptions=True)
+        for conn in self._all_conns:
+            await conn.close()
+        await self._completer.close()
         await self._listener.stop()
         await self.events.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -151,25 +173,27 @@ class Worker:
     # --- claiming ----------------------------------------------------------------------------------
 
     async def _fetch_loop(self) -> None:
+        """Launch claims while slots are free and queues may have work; up to `claim_pipeline`
+        claims are in flight at once, each on its own connection, so the database works on one
+        batch while this process runs the previous one."""
         poll_s = self._options.poll_interval_ms / 1000
         next_poll = time.monotonic() + poll_s
         while not self._stopping:
             if time.monotonic() >= next_poll:
                 await self._poll_tick()
                 next_poll = time.monotonic() + poll_s
-            try:
-                claimed_all = await self._claim()
-            except DB_ERRORS as exc:
-                log.warning("job claim failed", error=str(exc))
-                claimed_all = False
-                await asyncio.sleep(min(poll_s, 1.0))
-            if claimed_all or self._stopping:
-                continue
             self._wake.clear()
-            if self._claimable():
+            if self._idle_conns and self._should_claim():
+                queues, wanted = self._reserve()
+                conn = self._idle_conns.pop()
+                task = asyncio.create_task(self._claim(conn, queues, wanted))
+                self._claims.add(task)
+                task.add_done_callback(self._claim_done)
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, next_poll - time.monotonic()))
+        if self._claims:
+            await asyncio.gather(*self._claims, return_exceptions=True)
 
     async def _poll_tick(self) -> None:
         """The fallback: promote due jobs and look at every queue, as if notified."""
@@ -180,15 +204,27 @@ class Worker:
         except DB_ERRORS as exc:
             log.warning("promoting due jobs failed", error=str(exc))
 
-    def _claimable(self) -> bool:
+    def _claim_done(self, task: asyncio.Task[None]) -> None:
+        self._claims.discard(task)
+        self._wake.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("job claim crashed", error=repr(task.exception()))
+
+    def _should_claim(self) -> bool:
+        """A claim is worth a round trip when a queue with work has free slots: any number when no
+        claim is in flight (latency), half its concurrency otherwise (batch size)."""
         if self._completer.pending > PENDING_OUTCOMES_MAX:
             return False
-        return any(self._free[q] > 0 and self._maybe_work[q] for q in self._limits)
+        in_flight = len(self._claims)
+        return any(
+            self._free[q] > 0
+            and self._maybe_work[q]
+            and (in_flight == 0 or self._free[q] * 2 >= self._limits[q])
+            for q in self._limits
+        )
 
-    async def _claim(self) -> bool:
-        """Claim up to the free slots; True when every slot asked for was filled (more may wait)."""
-        if not self._claimable():
-            return False
+    def _reserve(self) -> tuple[list[str], list[int]]:
+        """Take the free slots of the queues that may have work for one claim."""
         queues: list[str] = []
         wanted: list[int] = []
         budget = self._options.claim_batch_max
@@ -197,22 +233,59 @@ class Worker:
             if n > 0 and self._maybe_work[queue]:
                 queues.append(queue)
                 wanted.append(n)
+                self._free[queue] -= n
                 budget -= n
-        if not queues:
-            return False
+        return queues, wanted
+
+    async def _claim(self, conn: PinnedConnection, queues: list[str], wanted: list[int]) -> None:
+        """Claim into the reserved slots, writing pending completions in the same statement."""
         seen = {q: self._notified[q] for q in queues}
-        rows = await self._pool.fetch(
-            Q["job_claim_batch"], queues, wanted, self._options.owner, self._options.lease_ms
-        )
+        batch = self._completer.take_completions()
+        try:
+            rows = await conn.fetch(
+                Q["job_claim_batch"], queues, wanted, self._options.owner, self._options.lease_ms,
+                [c.id for _, c in batch], [c.token for _, c in batch], [c.result for _, c in batch],
+                self.events.notify_completed,
+            )  # fmt: skip
+        except BaseException as exc:
+            self._completer.put_back(batch)
+            for queue, n in zip(queues, wanted, strict=True):
+                self._free[queue] += n
+            if not isinstance(exc, DB_ERRORS):
+                self._idle_conns.append(conn)
+                raise
+            log.warning("job claim failed", error=str(exc))
+            await asyncio.sleep(CLAIM_RETRY_DELAY_S)
+            self._idle_conns.append(conn)
+            self._wake.set()
+            return
+        self._idle_conns.append(conn)
+        await self._claimed(rows, queues, wanted, seen, batch)
+
+    async def _claimed(
+        self,
+        rows: list[asyncpg.Record],
+        queues: list[str],
+        wanted: list[int],
+        seen: dict[str, int],
+        batch: list[tuple[JobContext, Completion]],
+    ) -> None:
         got: dict[str, int] = dict.fromkeys(queues, 0)
+        done: set[int] = set()
         for row in rows:
-            got[row["queue"]] += 1
-            self._begin(row)
+            if row["claimed"]:
+                got[row["queue"]] += 1
+                self._begin(row)
+            else:
+                done.add(row["id"])
         for queue, n in zip(queues, wanted, strict=True):
+            self._free[queue] += n - got[queue]
             # Fewer than asked: the queue is drained, unless a NOTIFY arrived while we asked.
             if got[queue] < n and self._notified[queue] == seen[queue]:
                 self._maybe_work[queue] = False
-        return sum(got.values()) == sum(wanted)
+        self._wake.set()
+        if batch:
+            await self._completer.settled(batch, done)
 
     def _begin(self, row: asyncpg.Record) -> None:
         spec = self._registry.get(row["kind"])
@@ -232,25 +305,24 @@ class Worker:
         )
         if row["cancel_requested"]:
             ctx.cancelled.set()
-        self._free[ctx.queue] -= 1
-        held = _Held(ctx)
+        timeout_ms = (
+            row["timeout_ms"] or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms
+        )
+        held = _Held(ctx, time.monotonic() + timeout_ms / 1000)
         self._held[ctx.id] = held
-        held.task = asyncio.create_task(self._run(ctx, row["timeout_ms"], row["backoff"]))
+        held.task = asyncio.create_task(self._run(ctx, held, row["backoff"]))
 
     # --- running -----------------------------------------------------------------------------------
 
-    async def _run(self, ctx: JobContext, timeout_ms: int | None, backoff: dict[str, Any] | None) -> None:
+    async def _run(self, ctx: JobContext, held: _Held, backoff: dict[str, Any] | None) -> None:
         spec = self._registry.get(ctx.kind)
         try:
-            if spec is None:
-                raise PermanentError(f"no handler is registered for job kind {ctx.kind!r}")
-            timeout_s = (timeout_ms or spec.timeout_ms or self._options.default_timeout_ms) / 1000
-            async with asyncio.timeout(timeout_s):
-                if spec.is_async:
-                    value = await spec.handler(ctx)
-                else:
-                    loop = asyncio.get_running_loop()
-                    value = await loop.run_in_executor(self._threads, spec.handler, ctx)
+            try:
+                value = await self._call(ctx, spec)
+            except asyncio.CancelledError:
+                if not held.timed_out:
+                    raise
+                raise TimeoutError(f"job {ctx.id} ran past its timeout") from None
         except SnoozeRequest as request:
             self._settle(ctx, snooze(ctx.id, ctx.lease_token, request.delay_ms))
         except LeaseLostError:
@@ -274,6 +346,24 @@ class Worker:
             else:
                 result = value if value is not None else ctx.result
                 self._settle(ctx, Completion(ctx.id, ctx.lease_token, result))
+
+    async def _call(self, ctx: JobContext, spec: HandlerSpec | None) -> Any:
+        if spec is None:
+            raise PermanentError(f"no handler is registered for job kind {ctx.kind!r}")
+        if spec.is_async:
+            return await spec.handler(ctx)
+        loop = asyncio.get_running_loop()
+        # A thread cannot be interrupted: on timeout the job fails, but the thread runs to its end.
+        return await loop.run_in_executor(self._threads, spec.handler, ctx)
+
+    async def _watchdog_loop(self) -> None:
+        while True:
+            await asyncio.sleep(WATCHDOG_INTERVAL_S)
+            now = time.monotonic()
+            for held in list(self._held.values()):
+                if held.task is not None and not held.timed_out and now > held.deadline:
+                    held.timed_out = True
+                    held.task.cancel()
 
     def _settle(self, ctx: JobContext, outcome: Completion | Failure) -> None:
         """Hand the outcome to the completer and free the slot (the job stays held until written)."""

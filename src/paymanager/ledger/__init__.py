@@ -12,6 +12,14 @@ codes with TigerBeetle's names in its order of precedence. `create_*` return one
 successes included (0.17's dense shape): `AccountEventResult`/`TransferEventResult` with a
 timestamp and the result code.
 
+The PostgreSQL ledger applies a batch in one transaction with a fixed number of round trips (see
+`postgres.py`); `create_transfers(..., conn=conn)` applies it inside the caller's open transaction
+(a savepoint), so a job can commit its ledger effect with its own rows. Concurrent calls without
+`conn` are coalesced into shared batches, as TigerBeetle's clients do; each call keeps its own
+results and its own linked chains. `verify()` (`paymanager ledger verify`) checks that debits equal
+credits (posted and pending), that every balance equals the sums of its transfers, that flags are
+respected and that transfers refer to existing accounts.
+
 Deliberate differences of the PostgreSQL ledger from TigerBeetle:
 - Amounts and balances are bigint, so `overflows_*` fire at 2^63 - 1 rather than 2^128 - 1 (ample
   for minor units; it keeps the arithmetic and the columns native). `AMOUNT_MAX` (2^128 - 1) keeps
@@ -25,12 +33,16 @@ Deliberate differences of the PostgreSQL ledger from TigerBeetle:
 - Timestamps come from the process clock (nanoseconds, unique per transfer, increasing within a
   process) instead of a cluster clock.
 - A transient failure burns its id even inside a linked chain that is undone.
+- `ledger_transfer` has no foreign keys to `ledger_account` (they cost a third of a batch): the
+  writer only writes transfers between accounts it holds locked, and `verify()` checks references.
 """
 
 from paymanager.ledger._batch import BALANCE_MAX
+from paymanager.ledger.connect import open_ledger
 from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
 from paymanager.ledger.postgres import PostgresLedger, Verification
 from paymanager.ledger.system_accounts import SystemAccountMismatchError, account_id_for, ensure_accounts
+from paymanager.ledger.tigerbeetle import TigerBeetleLedger
 from paymanager.ledger.types import (
     AMOUNT_MAX,
     BATCH_MAX,
@@ -74,6 +86,7 @@ __all__ = [
     "Normal",
     "PostgresLedger",
     "SystemAccountMismatchError",
+    "TigerBeetleLedger",
     "Transfer",
     "TransferEventResult",
     "TransferFlags",
@@ -81,4 +94,5 @@ __all__ = [
     "account_id_for",
     "balance_of",
     "ensure_accounts",
+    "open_ledger",
 ]

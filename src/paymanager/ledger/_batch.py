@@ -10,7 +10,7 @@ if one of its events fails, so a chain succeeds or fails whole.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,14 +37,15 @@ BALANCE_MAX = (1 << 63) - 1
 """Balances and amounts are bigint columns: `overflows_*` fire at this bound (not at 2^128 - 1)."""
 
 # Flags this ledger supports; the others (closing_*, imported) are answered with `reserved_flag`.
-_ACCOUNT_FLAGS_SUPPORTED = (
+# Plain ints, not IntFlag: flag arithmetic on enum members costs microseconds per event.
+_ACCOUNT_FLAGS_SUPPORTED = int(
     AccountFlags.LINKED
     | AccountFlags.DEBITS_MUST_NOT_EXCEED_CREDITS
     | AccountFlags.CREDITS_MUST_NOT_EXCEED_DEBITS
     | AccountFlags.HISTORY
     | AccountFlags.CLOSED
 )
-_TRANSFER_FLAGS_SUPPORTED = (
+_TRANSFER_FLAGS_SUPPORTED = int(
     TransferFlags.LINKED
     | TransferFlags.PENDING
     | TransferFlags.POST_PENDING_TRANSFER
@@ -125,20 +126,20 @@ class BatchState:
 
     # --- the journal of an open linked chain ---------------------------------------------------
 
-    def _put(self, target: Any, key: Any, value: Any) -> None:
-        journal = self._journal
-        if isinstance(target, dict):
-            if journal is not None:
-                journal.append((target, key, target.get(key, _MISSING)))
-            target[key] = value
-        elif isinstance(target, set):
-            if journal is not None:
-                journal.append((target, key, key in target))
-            target.add(key)
-        else:
-            if journal is not None:
-                journal.append((target, None, None))
-            target.append(value)
+    def _put(self, target: dict[Any, Any], key: Any, value: Any) -> None:
+        if self._journal is not None:
+            self._journal.append((target, key, target.get(key, _MISSING)))
+        target[key] = value
+
+    def _mark(self, target: set[int], key: int) -> None:
+        if self._journal is not None:
+            self._journal.append((target, key, key in target))
+        target.add(key)
+
+    def _append(self, target: list[Any], value: Any) -> None:
+        if self._journal is not None:
+            self._journal.append((target, None, None))
+        target.append(value)
 
     def _rollback(self) -> None:
         assert self._journal is not None
@@ -199,12 +200,14 @@ class BatchState:
         )  # fmt: skip
         self._put(self.accounts, a.id, created)
         self._put(self.balances, a.id, (0, 0, 0, 0))
-        self._put(self.created_accounts, None, created)
+        self._append(self.created_accounts, created)
         return AR.created, timestamp
 
     # --- transfers -----------------------------------------------------------------------------
 
-    def create_transfers(self, events: Sequence[Transfer], timestamp: int) -> list[TransferEventResult]:
+    def create_transfers(
+        self, events: Sequence[Transfer], timestamp: int, ends: Container[int] | None = None
+    ) -> list[TransferEventResult]:
         def apply_one(index: int, event: Any) -> tuple[int, int]:
             result, ts = self._create_transfer(event, timestamp + index)
             if result in TRANSIENT_TRANSFER_RESULTS:
@@ -215,7 +218,7 @@ class BatchState:
             return int(result), ts
 
         codes = _apply_chains(
-            self, events, apply_one, int(TR.linked_event_failed), int(TR.linked_event_chain_open)
+            self, events, apply_one, int(TR.linked_event_failed), int(TR.linked_event_chain_open), ends
         )
         return [TransferEventResult(ts, TR(code)) for code, ts in codes]
 
@@ -397,29 +400,36 @@ class BatchState:
 
     def _set_balances(self, account_id: int, balances: Balances) -> None:
         self._put(self.balances, account_id, balances)
-        self._put(self.changed_balances, account_id, None)
+        self._mark(self.changed_balances, account_id)
 
     def _set_pending(self, pending_id: int, state: PendingState) -> None:
         self._put(self.pending, pending_id, state)
-        self._put(self.changed_pending, pending_id, None)
+        self._mark(self.changed_pending, pending_id)
 
     def _store(self, transfer: Transfer) -> None:
         self._put(self.transfers, transfer.id, transfer)
-        self._put(self.created_transfers, None, transfer)
+        self._append(self.created_transfers, transfer)
 
 
 def _apply_chains(
-    state: BatchState, events: Sequence[Any], apply_one: Any, linked_failed: int, chain_open: int
+    state: BatchState,
+    events: Sequence[Any],
+    apply_one: Any,
+    linked_failed: int,
+    chain_open: int,
+    ends: Container[int] | None = None,
 ) -> list[tuple[int, int]]:
     """Apply events in order; a linked chain is journalled and undone whole if one event fails.
 
     The first failing event of a chain keeps its own result; the chain's other events answer
-    `linked_event_failed`. A batch that ends inside a chain answers `linked_event_chain_open` for its
-    last event (TigerBeetle's rule).
+    `linked_event_failed`. A request that ends inside a chain answers `linked_event_chain_open` for
+    its last event (TigerBeetle's rule). `ends` holds the index of the last event of each request
+    when several requests share the batch (default: the batch is one request); no chain crosses one.
     """
     created = 0xFFFFFFFF
     results: list[tuple[int, int]] = [(0, 0)] * len(events)
-    last = len(events) - 1
+    if ends is None:
+        ends = (len(events) - 1,)
     chain_start = -1
     chain_broken = False
     for index, event in enumerate(events):
@@ -430,14 +440,15 @@ def _apply_chains(
         if chain_broken:
             results[index] = (linked_failed, 0)
         else:
-            code, ts = (chain_open, 0) if linked and index == last else apply_one(index, event)
+            at_end = index in ends
+            code, ts = (chain_open, 0) if linked and at_end else apply_one(index, event)
             results[index] = (code, ts)
             if code != created and chain_start >= 0:
                 chain_broken = True
                 state._rollback()
                 for earlier in range(chain_start, index):
                     results[earlier] = (linked_failed, 0)
-        if chain_start >= 0 and not linked:
+        if chain_start >= 0 and (not linked or index in ends):
             chain_start = -1
             chain_broken = False
             state._journal = None

@@ -1,18 +1,21 @@
 """The PostgreSQL ledger: TigerBeetle's semantics on the tables of migration 0200.
 
-A batch costs a fixed number of round trips whatever its size: read the accounts of referenced
-pending transfers (only when the batch posts or voids), lock every touched account once in id
-order, read the transfers and failed ids the batch refers to, apply the events in memory
-(`_batch.BatchState`), and write transfers, balances, pending states and burned ids in one
-statement of `unnest`ed arrays. Locking in id order makes concurrent batches wait for each other
-instead of deadlocking, and is what keeps a `debits_must_not_exceed_credits` account from going
-negative under concurrency; the schema's CHECK constraints enforce the same limits a second time.
+A batch costs a fixed number of round trips whatever its size: `BEGIN`; one call of the function
+`ledger_batch_load` that locks every touched account once, in id order (those named by the events
+and those of the pending transfers they post or void), then reads the transfers, pending states and
+failed ids the batch refers to; the events are applied in memory (`_batch.BatchState`); one
+statement of `unnest`ed arrays writes transfers, balances, pending states and burned ids; `COMMIT`.
+Locking in id order makes concurrent batches wait for each other instead of deadlocking, and is
+what keeps a `debits_must_not_exceed_credits` account from going negative under concurrency; the
+schema's CHECK constraints enforce the same limits a second time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -22,7 +25,7 @@ import asyncpg
 from paymanager.db.pool import Conn, Pool, create_pool
 from paymanager.db.sql import load_queries
 from paymanager.ledger._batch import PENDING, BatchState, PendingState
-from paymanager.ledger.port import HISTORY_LIMIT_MAX
+from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
 from paymanager.ledger.types import (
     BATCH_MAX,
     U128_MAX,
@@ -46,14 +49,23 @@ Q = load_queries("paymanager.ledger", "ledger.sql")
 T = TypeVar("T")
 E = TypeVar("E")
 
-# A batch is retried when a concurrent batch created the same id first (the unique index tells us)
-# or created a pending transfer this one references between our two reads; both are rare.
+# A batch is retried when a concurrent batch created the same id first (the unique index tells us),
+# created a pending transfer this one references between our two reads, or deadlocked with it on
+# the unique index; all are rare.
 _ATTEMPTS_MAX = 5
 _POST_OR_VOID = int(TransferFlags.POST_PENDING_TRANSFER | TransferFlags.VOID_PENDING_TRANSFER)
 _TWO_TO_64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
 _VERIFY_ROWS_MAX = 100
 _TIMESTAMP_JUMP_NS_MAX = 1_000_000
+
+
+@dataclass(slots=True)
+class _Request:
+    """A `create_transfers` call waiting for a batch to carry it."""
+
+    transfers: Sequence[Transfer]
+    results: asyncio.Future[list[TransferEventResult]]
 
 
 class _StaleReadError(Exception):
@@ -82,12 +94,11 @@ def _account_from_row(r: Any) -> Account:
     return Account(r[0].int, r[1], r[2], r[3], r[4], r[5].int, _u64(r[6]), r[7], r[8], r[9], r[10], r[11])
 
 
-def _transfer_from_row(r: Any, offset: int = 0) -> Transfer:
-    o = offset
-    pending_id = r[o + 4]
+def _transfer_from_row(r: Any) -> Transfer:
+    pending_id = r[4]
     return Transfer(
-        r[o].int, r[o + 1].int, r[o + 2].int, r[o + 3], pending_id.int if pending_id is not None else 0,
-        r[o + 5].int, _u64(r[o + 6]), r[o + 7], r[o + 8], r[o + 9], r[o + 10], r[o + 11], r[o + 12],
+        r[0].int, r[1].int, r[2].int, r[3], pending_id.int if pending_id is not None else 0, r[5].int,
+        _u64(r[6]), r[7], r[8], r[9], r[10], r[11], r[12],
     )  # fmt: skip
 
 
@@ -116,12 +127,26 @@ class PostgresLedger:
     """The default ledger. `conn=` applies a batch inside the caller's open transaction."""
 
     def __init__(
-        self, pool: Pool, *, clock: Callable[[], int] = time.time_ns, owns_pool: bool = False
+        self,
+        pool: Pool,
+        *,
+        clock: Callable[[], int] = time.time_ns,
+        owns_pool: bool = False,
+        coalesce: bool = True,
+        batches_in_flight: int = 2,
     ) -> None:
+        """`coalesce`: concurrent `create_transfers` calls without `conn` share batches, as
+        TigerBeetle's clients do, with at most `batches_in_flight` batches running at once."""
+        assert 1 <= batches_in_flight <= 64, batches_in_flight
         self._pool = pool
         self._clock = clock
         self._owns_pool = owns_pool
         self._last_timestamp = 0
+        self._coalesce = coalesce
+        self._batches_in_flight_max = batches_in_flight
+        self._batches_in_flight = 0
+        self._waiting: deque[_Request] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def connect(
@@ -151,7 +176,52 @@ class PostgresLedger:
             validate_transfer(transfer)
         if not transfers:
             return []
-        return await self._run(conn, self._apply_transfers, transfers)
+        if conn is not None or not self._coalesce:
+            return await self._run(conn, self._apply_transfers, (transfers, None))
+        request = _Request(transfers, asyncio.get_running_loop().create_future())
+        self._waiting.append(request)
+        self._start_batches()
+        return await request.results
+
+    def _start_batches(self) -> None:
+        """Start a batch for the waiting requests while fewer than the limit are in flight."""
+        while self._waiting and self._batches_in_flight < self._batches_in_flight_max:
+            group = [self._waiting.popleft()]
+            size = len(group[0].transfers)
+            while self._waiting and size + len(self._waiting[0].transfers) <= BATCH_MAX:
+                size += len(self._waiting[0].transfers)
+                group.append(self._waiting.popleft())
+            self._batches_in_flight += 1
+            task = asyncio.create_task(self._run_group(group))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run_group(self, group: list[_Request]) -> None:
+        try:
+            events: list[Transfer] = []
+            ends: set[int] = set()
+            for request in group:
+                events.extend(request.transfers)
+                ends.add(len(events) - 1)
+            results = await self._run(None, self._apply_transfers, (events, ends))
+            start = 0
+            for request in group:
+                end = start + len(request.transfers)
+                if not request.results.done():  # a caller that gave up was cancelled
+                    request.results.set_result(results[start:end])
+                start = end
+        except Exception as exc:
+            for request in group:
+                if not request.results.done():
+                    request.results.set_exception(exc)
+        except BaseException:
+            # Cancelled (the loop is shutting down): the callers learn it the same way.
+            for request in group:
+                request.results.cancel()
+            raise
+        finally:
+            self._batches_in_flight -= 1
+            self._start_batches()
 
     async def expire_pending(
         self, now: int | None = None, *, limit: int = 1000, conn: Conn | None = None
@@ -185,7 +255,10 @@ class PostgresLedger:
                     # Another process took these nanoseconds (clocks agree to the nanosecond more
                     # often than one would think under load): jump past them by a random step.
                     self._last_timestamp += secrets.randbelow(_TIMESTAMP_JUMP_NS_MAX) + 1
-            except _StaleReadError:
+            except (_StaleReadError, asyncpg.DeadlockDetectedError):
+                # A deadlock needs two batches that wait on each other's new ids in the unique
+                # index (their account locks are taken in one order); PostgreSQL breaks it by
+                # failing one of them, which starts again.
                 if attempt == _ATTEMPTS_MAX:
                     raise
         raise AssertionError("unreachable")
@@ -214,10 +287,13 @@ class PostgresLedger:
             )
         return results
 
-    async def _apply_transfers(self, conn: Conn, transfers: Sequence[Transfer]) -> list[TransferEventResult]:
+    async def _apply_transfers(
+        self, conn: Conn, batch: tuple[Sequence[Transfer], set[int] | None]
+    ) -> list[TransferEventResult]:
+        transfers, ends = batch
         state = await self._load(conn, transfers)
         timestamp = self._next_timestamp(len(transfers))
-        results = state.create_transfers(transfers, timestamp)
+        results = state.create_transfers(transfers, timestamp, ends)
         await _write(conn, state, timestamp)
         return results
 
@@ -229,14 +305,7 @@ class PostgresLedger:
             account_ids.add(t.credit_account_id)
             if t.flags & _POST_OR_VOID:
                 pending_ids.add(t.pending_id)
-        if pending_ids:
-            for r in await conn.fetch(Q["transfer_pending_accounts"], _valid_ids(pending_ids)):
-                account_ids.add(r[0].int)
-                account_ids.add(r[1].int)
-        rows = await conn.fetch(Q["account_lock_many"], _valid_ids(account_ids))
-        state = BatchState.from_accounts([_account_from_row(r) for r in rows])
-        referenced = {t.id for t in transfers} | pending_ids
-        await _load_transfers(conn, state, referenced)
+        state = await _load_batch(conn, account_ids, pending_ids, {t.id for t in transfers})
         for pending_id in pending_ids:
             p = state.transfers.get(pending_id)
             if p is not None and not (
@@ -251,9 +320,7 @@ class PostgresLedger:
         if not candidates:
             return 0
         account_ids = {r[1].int for r in candidates} | {r[2].int for r in candidates}
-        rows = await conn.fetch(Q["account_lock_many"], _valid_ids(account_ids))
-        state = BatchState.from_accounts([_account_from_row(r) for r in rows])
-        await _load_transfers(conn, state, {r[0].int for r in candidates})
+        state = await _load_batch(conn, account_ids, set(), {r[0].int for r in candidates})
         expired = 0
         for pending_id, pending in list(state.pending.items()):
             # Re-checked under the account locks: a concurrent post may have resolved it meanwhile.
@@ -318,6 +385,7 @@ class PostgresLedger:
             sums = await conn.fetch(Q["ledger_verify_account_sums"], _VERIFY_ROWS_MAX)
             flags = await conn.fetch(Q["ledger_verify_flags"], _VERIFY_ROWS_MAX)
             pending = await conn.fetch(Q["ledger_verify_pending"], _VERIFY_ROWS_MAX)
+            dangling = await conn.fetch(Q["ledger_verify_references"], _VERIFY_ROWS_MAX)
         assert totals is not None
         result = Verification(
             accounts=totals["accounts"],
@@ -348,12 +416,17 @@ class PostgresLedger:
             result.violations.append(f"account {r['id'].int}: balances break its flags {r['flags']}")
         for r in pending:
             result.violations.append(f"pending transfer {r['id'].int}: missing or inconsistent pending state")
+        for r in dangling:
+            result.violations.append(f"transfer {r['id'].int}: refers to an account that does not exist")
         return result
 
     async def ping(self) -> None:
         await self._pool.fetchval(Q["ledger_ping"])
 
     async def close(self) -> None:
+        # Let batches already started finish: their callers are waiting for the outcome.
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._owns_pool:
             await self._pool.close()
 
@@ -363,17 +436,32 @@ def _check_batch(size: int) -> None:
         raise BatchTooLargeError(size, BATCH_MAX)
 
 
-async def _load_transfers(conn: Conn, state: BatchState, ids: set[int]) -> None:
-    if not ids:
-        return
-    for r in await conn.fetch(Q["transfer_state_many"], _valid_ids(ids)):
-        if r[0] == "T":
-            transfer = _transfer_from_row(r, 1)
+async def _load_batch(conn: Conn, account_ids: set[int], pending_ids: set[int], ids: set[int]) -> BatchState:
+    """Lock the accounts and read the transfers a batch touches, in one round trip."""
+    state = BatchState()
+    rows = await conn.fetch(
+        Q["batch_load"], _valid_ids(account_ids), _valid_ids(pending_ids), _valid_ids(ids)
+    )
+    for r in rows:
+        kind = r[0]
+        if kind == "A":
+            state.add_account(
+                Account(
+                    r[1].int, r[6], r[7], r[8], r[9], r[2].int, _u64(r[10]), r[11], r[12], r[13], r[14], r[15]
+                )
+            )
+        elif kind == "T":
+            pending_id = r[4]
+            transfer = Transfer(
+                r[1].int, r[2].int, r[3].int, r[6], pending_id.int if pending_id is not None else 0, r[5].int,
+                _u64(r[7]), r[8], r[9], r[10], r[11], r[12], r[13],
+            )  # fmt: skip
             state.transfers[transfer.id] = transfer
-            if r[14] is not None:
-                state.pending[transfer.id] = PendingState(r[14], r[15] or 0)
+            if r[16] is not None:
+                state.pending[transfer.id] = PendingState(r[16], r[14] or 0)
         else:
-            state.failed[r[1].int] = CreateTransferResult[r[14]]
+            state.failed[r[1].int] = CreateTransferResult[r[16]]
+    return state
 
 
 async def _write(conn: Conn, state: BatchState, timestamp: int) -> None:
@@ -415,3 +503,8 @@ async def _write(conn: Conn, state: BatchState, timestamp: int) -> None:
         [state.failed[i].name for i in failed],
         [timestamp] * len(failed),
     )
+
+
+def _conforms_to_the_port(ledger: PostgresLedger) -> Ledger:
+    """Never called: mypy checks here that PostgresLedger implements the Ledger port."""
+    return ledger

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from paymanager.ledger.port import HISTORY_LIMIT_MAX
+from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
 from paymanager.ledger.types import (
     BATCH_MAX,
     Account,
@@ -223,3 +223,8 @@ def _from_tb_transfer(t: Any) -> Transfer:
 def _check_batch(size: int) -> None:
     if size > BATCH_MAX:
         raise BatchTooLargeError(size, BATCH_MAX)
+
+
+def _conforms_to_the_port(ledger: TigerBeetleLedger) -> Ledger:
+    """Never called: mypy checks here that TigerBeetleLedger implements the Ledger port."""
+    return ledger

@@ -64,7 +64,7 @@ class Account:
     user_data_32: int = 0
     ledger: int = 0
     code: int = 0
-    flags: int = AccountFlags.NONE
+    flags: int = 0
     timestamp: int = 0
 
 
@@ -83,7 +83,7 @@ class Transfer:
     timeout: int = 0
     ledger: int = 0
     code: int = 0
-    flags: int = TransferFlags.NONE
+    flags: int = 0
     timestamp: int = 0
 
 
@@ -316,6 +316,24 @@ def validate_account(account: Account) -> None:
 
 
 def validate_transfer(transfer: Transfer) -> None:
+    t = transfer
+    # One chained comparison for the common case; field by field only to name the culprit.
+    if (
+        0 <= t.id <= U128_MAX
+        and 0 <= t.debit_account_id <= U128_MAX
+        and 0 <= t.credit_account_id <= U128_MAX
+        and 0 <= t.amount <= U128_MAX
+        and 0 <= t.pending_id <= U128_MAX
+        and 0 <= t.user_data_128 <= U128_MAX
+        and 0 <= t.user_data_64 <= U64_MAX
+        and 0 <= t.user_data_32 <= U32_MAX
+        and 0 <= t.timeout <= U32_MAX
+        and 0 <= t.ledger <= U32_MAX
+        and 0 <= t.code <= U16_MAX
+        and 0 <= t.flags <= U16_MAX
+        and 0 <= t.timestamp <= U64_MAX
+    ):
+        return
     for name in ("id", "debit_account_id", "credit_account_id", "amount", "pending_id", "user_data_128"):
         _check_width(name, getattr(transfer, name), U128_MAX)
     _check_width("user_data_64", transfer.user_data_64, U64_MAX)

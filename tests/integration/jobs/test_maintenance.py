@@ -26,7 +26,7 @@ async def claim_as_ghost(pool: asyncpg.Pool, queue: str = "default", lease_ms: i
     """Claim jobs as a worker that then vanishes (its lease expires almost at once)."""
     from paymanager.jobs._queries import Q
 
-    rows = await pool.fetch(Q["job_claim_batch"], [queue], [100], "ghost", lease_ms)
+    rows = await pool.fetch(Q["job_claim_batch"], [queue], [100], "ghost", lease_ms, [], [], [], False)
     return [r["id"] for r in rows]
 
 
@@ -174,3 +174,12 @@ async def test_worker_heartbeat_keeps_a_long_job_from_being_rescued(
         assert attempts == [1]
     finally:
         await maintenance.stop(timeout_s=2)
+
+
+async def test_vacuum_duty_makes_pruned_space_reusable(pool: asyncpg.Pool, database_url: str) -> None:
+    ids = await enqueue_many(pool, [NewJob("k", {"pad": "x" * 500}, queue="q") for _ in range(2_000)])
+    await pool.execute("DELETE FROM job WHERE id = ANY($1)", ids)
+    await Maintenance(pool, database_url).vacuum()
+    row = await pool.fetchrow("SELECT last_vacuum, n_dead_tup FROM pg_stat_user_tables WHERE relname = 'job'")
+    assert row is not None
+    assert row["last_vacuum"] is not None

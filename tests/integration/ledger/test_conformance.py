@@ -414,3 +414,32 @@ async def test_a_batch_larger_than_the_limit_is_refused(backend: Backend) -> Non
     b = backend
     with pytest.raises(BatchTooLargeError):
         await b.ledger.create_transfers([Transfer(id=i + 1) for i in range(BATCH_MAX + 1)])
+
+
+async def test_a_pending_transfer_can_be_posted_in_its_own_batch_and_a_repeat_post_is_exists(
+    backend: Backend,
+) -> None:
+    b = backend
+    debit, credit = await accounts(b, 0, 0)
+    pending = xfer(b, debit, credit, 90, flags=F.PENDING | F.LINKED, user_data_128=5)
+    post = Transfer(id=b.new_id(), pending_id=pending.id, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
+    assert await results(b, pending, post) == [TR.created, TR.created]
+    # A retry may name the accounts and the amount the post actually moved: still the same transfer.
+    again = Transfer(
+        id=post.id, pending_id=pending.id, debit_account_id=debit, amount=90, flags=F.POST_PENDING_TRANSFER
+    )
+    different = Transfer(id=post.id, pending_id=pending.id, amount=89, flags=F.POST_PENDING_TRANSFER)
+    assert await results(b, post, again, different) == [TR.exists, TR.exists, TR.exists_with_different_amount]
+    (stored,) = await b.ledger.lookup_transfers([post.id])
+    assert stored.user_data_128 == 5
+
+
+async def test_balancing_credit_stops_at_the_credit_accounts_limit(backend: Backend) -> None:
+    b = backend
+    nostro, source = await accounts(b, AccountFlags.CREDITS_MUST_NOT_EXCEED_DEBITS, 0)
+    await b.ledger.create_transfers([xfer(b, nostro, source, 25)])
+    refill = xfer(b, source, nostro, 100, flags=F.BALANCING_CREDIT)
+    assert await results(b, refill) == [TR.created]
+    (stored,) = await b.ledger.lookup_transfers([refill.id])
+    assert stored.amount == 25
+    assert await balances(b, nostro) == (0, 25, 0, 25)

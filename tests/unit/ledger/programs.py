@@ -61,7 +61,11 @@ def transfers(draw: Any) -> Transfer:
     if kind & (F.POST_PENDING_TRANSFER | F.VOID_PENDING_TRANSFER):
         return Transfer(
             id=draw(st.sampled_from(POST_IDS)),
-            amount=draw(st.sampled_from([0, 0, 5, AMOUNT_MAX, AMOUNT_MAX])),
+            amount=draw(
+                st.sampled_from(
+                    [0, 0, 0, 5] if kind & F.VOID_PENDING_TRANSFER else [0, 5, AMOUNT_MAX, AMOUNT_MAX]
+                )
+            ),
             pending_id=draw(st.sampled_from(TRANSFER_IDS[:7])),
             user_data_32=draw(st.sampled_from([0, 0, 1])),
             flags=int(kind | linked),

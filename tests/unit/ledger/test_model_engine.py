@@ -6,6 +6,7 @@ from typing import Any
 
 from hypothesis import given, settings
 
+from paymanager.ledger import Transfer
 from paymanager.ledger._batch import PENDING, BatchState
 from tests.unit.ledger.model import SECOND, Model
 from tests.unit.ledger.programs import base_accounts, funding, steps
@@ -69,3 +70,16 @@ def run(program: list[Any]) -> None:
 @given(steps())
 def test_engine_agrees_with_the_model(program: list[Any]) -> None:
     run(program)
+
+
+def test_requests_sharing_a_batch_keep_their_chains_apart() -> None:
+    state = BatchState.from_accounts(base_accounts())
+    linked = 1
+    events = [
+        Transfer(1, 1, 2, 5, ledger=1, code=1, flags=linked),  # request A ends with an open chain
+        Transfer(2, 1, 2, 5, ledger=1, code=1, flags=linked),
+        Transfer(3, 1, 2, 5, ledger=1, code=1),  # request B: a plain transfer
+    ]
+    results = state.create_transfers(events, 1, ends={1, 2})
+    assert [r.result.name for r in results] == ["linked_event_failed", "linked_event_chain_open", "created"]
+    assert state.balances[2] == (0, 0, 0, 5)

@@ -55,7 +55,6 @@ CREATE INDEX job_running_lease_idx ON job (lease_expires_at) WHERE state = 'runn
 CREATE INDEX job_finalized_idx ON job (queue, state, finalized_at)
     WHERE state IN ('completed', 'dead', 'cancelled');
 CREATE INDEX job_parent_idx ON job (parent_id) WHERE parent_id IS NOT NULL;
-CREATE INDEX job_kind_state_idx ON job (kind, state);
 -- A unique key is held while its job is unfinished: enqueue with the same key returns that job.
 CREATE UNIQUE INDEX job_unique_key_idx ON job (unique_key)
     WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'dead', 'cancelled');

@@ -1,0 +1,487 @@
+"""Job engine benchmark: paymanager's engine against PGQueuer, in ONE run on the same PostgreSQL.
+
+    .venv/bin/python bench/jobs.py [--jobs 20000] [--retention-jobs 100000] [--skip-retention]
+
+Figures (each printed with PGQueuer's figure from the same run and the ratio):
+- processing N pre-queued no-op jobs with 1 and 2 worker processes (leases, heartbeats, fencing on,
+  logged tables on both sides);
+- bulk enqueue of N jobs; single enqueues, each in its own transaction;
+- enqueue-to-start latency of 200 jobs enqueued 20 ms apart into idle workers (p50, p99);
+- peak RSS of a worker process;
+- size of the jobs table after a long run with retention on (printed per round: it must plateau).
+
+Each engine gets its own fresh database on the server (TEST_DATABASE_URL or 127.0.0.1:5432),
+dropped at the end. Worker processes are this script run with `worker ...` arguments; they connect,
+say `ready`, wait for `go` on stdin, and print one JSON line of results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from paymanager.db import migrations
+from paymanager.db.pool import create_pool
+from paymanager.jobs import (
+    JobContext,
+    NewJob,
+    Registry,
+    Retention,
+    Worker,
+    WorkerOptions,
+    enqueue,
+    enqueue_many,
+)
+from paymanager.jobs.maintenance import Maintenance
+from paymanager.jobs.options import MaintenanceOptions
+
+SERVER = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+QUEUE = "bench"
+CONCURRENCY = 100
+PGQ_BATCH = 100
+LATENCY_JOBS = 200
+LATENCY_GAP_S = 0.020
+SINGLE_ENQUEUES = 2_000
+DRAIN_POLL_S = 0.005
+# Both drain checks read one index entry (ours: the partial indexes; PGQueuer's table shrinks).
+OURS_BUSY = (
+    "SELECT EXISTS (SELECT 1 FROM job WHERE state = 'available')"
+    " OR EXISTS (SELECT 1 FROM job WHERE state = 'running')"
+)
+PGQ_BUSY = "SELECT EXISTS (SELECT 1 FROM pgqueuer)"
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+async def create_database(engine: str) -> str:
+    name = f"pmbench_{engine}_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(SERVER)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    dsn = with_database(SERVER, name)
+    conn = await asyncpg.connect(dsn)
+    try:
+        if engine == "ours":
+            await migrations.migrate(conn)
+        else:
+            from pgqueuer.queries import Queries
+
+            await Queries.from_asyncpg_connection(conn).install()
+    finally:
+        await conn.close()
+    return dsn
+
+
+async def drop_database(dsn: str) -> None:
+    admin = await asyncpg.connect(SERVER)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{urlsplit(dsn).path.lstrip("/")}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+# --- enqueueing (in this process) ------------------------------------------------------------------
+
+
+async def ours_bulk(dsn: str, n: int) -> float:
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    try:
+        jobs = [NewJob("noop", {"i": i}, queue=QUEUE) for i in range(n)]
+        started = time.perf_counter()
+        async with pool.acquire() as conn, conn.transaction():
+            await enqueue_many(conn, jobs)
+        return time.perf_counter() - started
+    finally:
+        await pool.close()
+
+
+async def pgq_bulk(dsn: str, n: int) -> float:
+    from pgqueuer.queries import Queries
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        queries = Queries.from_asyncpg_connection(conn)
+        payloads: list[bytes | None] = [json.dumps({"i": i}).encode() for i in range(n)]
+        started = time.perf_counter()
+        await queries.enqueue(["noop"] * n, payloads, [0] * n)
+        return time.perf_counter() - started
+    finally:
+        await conn.close()
+
+
+async def ours_singles(dsn: str, n: int) -> float:
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    try:
+        async with pool.acquire() as conn:
+            started = time.perf_counter()
+            for i in range(n):
+                await enqueue(conn, "noop", {"i": i}, queue="singles")
+            return time.perf_counter() - started
+    finally:
+        await pool.close()
+
+
+async def pgq_singles(dsn: str, n: int) -> float:
+    from pgqueuer.queries import Queries
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        queries = Queries.from_asyncpg_connection(conn)
+        started = time.perf_counter()
+        for i in range(n):
+            await queries.enqueue("single", json.dumps({"i": i}).encode(), 0)
+        return time.perf_counter() - started
+    finally:
+        await conn.close()
+
+
+# --- worker processes ------------------------------------------------------------------------------
+
+
+def spawn(engine: str, dsn: str, mode: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "worker", engine, dsn, mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if line != "ready":
+        raise RuntimeError(f"worker did not start: {line!r}")
+    return proc
+
+
+def go(procs: Sequence[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+
+
+def results(procs: Sequence[subprocess.Popen[str]]) -> list[dict[str, Any]]:
+    out = []
+    for proc in procs:
+        assert proc.stdout is not None
+        out.append(json.loads(proc.stdout.readline()))
+        proc.wait(timeout=60)
+    return out
+
+
+def process_run(engine: str, dsn: str, workers: int) -> tuple[float, int]:
+    """Seconds from `go` until the queue is empty, and the largest worker RSS (KiB).
+
+    This process watches for the empty queue on its own connection (every 5 ms, one index probe),
+    so the workers' loops carry nothing but the engine; then it tells them to stop.
+    """
+    procs = [spawn(engine, dsn, "drain") for _ in range(workers)]
+    busy = OURS_BUSY if engine == "ours" else PGQ_BUSY
+
+    async def watch() -> float:
+        conn = await asyncpg.connect(dsn)
+        try:
+            go(procs)
+            started = time.perf_counter()
+            while await conn.fetchval(busy):  # noqa: ASYNC110 - polls the database; no event exists
+                await asyncio.sleep(DRAIN_POLL_S)
+            return time.perf_counter() - started
+        finally:
+            await conn.close()
+
+    seconds = asyncio.run(watch())
+    go(procs)  # the second line says stop
+    done = results(procs)
+    return seconds, max(r["rss_kib"] for r in done)
+
+
+def latency_run(engine: str, dsn: str) -> list[float]:
+    proc = spawn(engine, dsn, "latency")
+    go([proc])
+    time.sleep(0.5)  # let the worker go idle: the first jobs must not find it polling
+
+    async def produce() -> None:
+        if engine == "ours":
+            pool = await create_pool(dsn, min_size=1, max_size=2)
+            for i in range(LATENCY_JOBS):
+                await enqueue(pool, "latency", {"t": time.time(), "i": i}, queue=QUEUE)
+                await asyncio.sleep(LATENCY_GAP_S)
+            await pool.close()
+        else:
+            from pgqueuer.queries import Queries
+
+            conn = await asyncpg.connect(dsn)
+            queries = Queries.from_asyncpg_connection(conn)
+            for i in range(LATENCY_JOBS):
+                await queries.enqueue("latency", json.dumps({"t": time.time(), "i": i}).encode(), 0)
+                await asyncio.sleep(LATENCY_GAP_S)
+            await conn.close()
+
+    asyncio.run(produce())
+    (result,) = results([proc])
+    return [float(x) for x in result["latencies_ms"]]
+
+
+async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
+    latencies: list[float] = []
+    expected = LATENCY_JOBS if mode == "latency" else None
+    finished = asyncio.Event()
+    registry = Registry()
+
+    async def noop(ctx: JobContext) -> None:
+        return None
+
+    async def latency(ctx: JobContext) -> None:
+        latencies.append((time.time() - ctx.payload["t"]) * 1000)
+        if expected is not None and len(latencies) >= expected:
+            finished.set()
+
+    registry.register("noop", noop, queue=QUEUE)
+    registry.register("latency", latency, queue=QUEUE)
+    pool = await create_pool(dsn, min_size=4, max_size=4)
+    options = WorkerOptions(owner=f"bench-{os.getpid()}", lease_ms=30_000, heartbeat_interval_ms=10_000)
+    worker = Worker(pool, dsn, registry, {QUEUE: CONCURRENCY}, options)
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    await worker.start()
+    if mode == "latency":
+        await finished.wait()
+    else:
+        await asyncio.to_thread(sys.stdin.readline)
+    await worker.stop(timeout_s=5)
+    await pool.close()
+    return {"latencies_ms": latencies}
+
+
+async def wait_empty(pool: Any, query: str) -> float:
+    while await pool.fetchval(query):  # noqa: ASYNC110 - polls the database; no event exists
+        await asyncio.sleep(DRAIN_POLL_S)
+    return time.time()
+
+
+async def pgq_worker(dsn: str, mode: str) -> dict[str, Any]:
+    from pgqueuer.models import Job
+    from pgqueuer.qm import QueueManager
+    from pgqueuer.queries import Queries
+
+    latencies: list[float] = []
+    pool = await asyncpg.create_pool(dsn, min_size=4, max_size=4)
+    manager = QueueManager(Queries.from_asyncpg_pool(pool))
+
+    @manager.entrypoint("noop")
+    async def noop(job: Job) -> None:
+        return None
+
+    @manager.entrypoint("latency")
+    async def latency(job: Job) -> None:
+        assert job.payload is not None
+        latencies.append((time.time() - json.loads(job.payload)["t"]) * 1000)
+        if len(latencies) >= LATENCY_JOBS:
+            manager.shutdown.set()
+
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    if mode == "latency":
+        await manager.run(batch_size=PGQ_BATCH)
+    else:
+        runner = asyncio.create_task(manager.run(batch_size=PGQ_BATCH))
+        await asyncio.to_thread(sys.stdin.readline)
+        manager.shutdown.set()
+        await runner
+    await pool.close()
+    return {"latencies_ms": latencies}
+
+
+def worker_main(engine: str, dsn: str, mode: str) -> None:
+    from paymanager.logging import configure_logging
+
+    # stdout carries the protocol with the parent; logs go to stderr.
+    configure_logging("warning", "json")
+    runner = ours_worker if engine == "ours" else pgq_worker
+    result = asyncio.run(runner(dsn, mode))
+    result["rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps(result), flush=True)
+
+
+# --- retention run -----------------------------------------------------------------------------------
+
+
+async def retention_run(dsn: str, total: int, rounds: int) -> list[tuple[int, int, int]]:
+    """Push `total` jobs through one worker with the pruner on; (jobs done, table bytes, rows) per round."""
+    pool = await create_pool(dsn, min_size=2, max_size=6)
+    registry = Registry()
+    registry.register("noop", lambda ctx: None, queue=QUEUE)
+
+    async def noop(ctx: JobContext) -> None:
+        return None
+
+    registry = Registry()
+    registry.register("noop", noop, queue=QUEUE)
+    worker = Worker(pool, dsn, registry, {QUEUE: CONCURRENCY}, WorkerOptions(owner="retention"))
+    retention = Retention(completed_age_ms=60_000, completed_count=1_000)
+    maintenance = Maintenance(
+        pool,
+        dsn,
+        MaintenanceOptions(
+            prune_interval_ms=500, retention=retention, prune_batch_max=5_000, vacuum_interval_ms=2_000
+        ),
+    )
+    await worker.start()
+    await maintenance.start()
+    sizes: list[tuple[int, int, int]] = []
+    per_round = total // rounds
+    for r in range(rounds):
+        async with pool.acquire() as conn:
+            await enqueue_many(conn, [NewJob("noop", {"i": i}, queue=QUEUE) for i in range(per_round)])
+        await wait_empty(pool, OURS_BUSY)
+        await maintenance.prune()
+        size = await pool.fetchval("SELECT pg_total_relation_size('job')")
+        rows = await pool.fetchval("SELECT count(*) FROM job")
+        sizes.append(((r + 1) * per_round, int(size), int(rows)))
+    await maintenance.stop(5)
+    await worker.stop(5)
+    await pool.close()
+    return sizes
+
+
+# --- report ---------------------------------------------------------------------------------------------
+
+
+def ratio_line(label: str, ours: float, theirs: float, unit: str, higher_is_better: bool = True) -> str:
+    ratio = (ours / theirs if higher_is_better else theirs / ours) if ours and theirs else float("nan")
+    figures = f"paymanager {ours:>10.1f} {unit:<7} PGQueuer {theirs:>10.1f} {unit:<7}"
+    return f"{label:<44} {figures} ratio {ratio:.2f}x"
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+async def reset(engine: str, dsn: str) -> None:
+    """Empty the engine's tables between runs, so every run starts from the same state."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        if engine == "ours":
+            await conn.execute("TRUNCATE job")
+        else:
+            await conn.execute("TRUNCATE pgqueuer, pgqueuer_log")
+    finally:
+        await conn.close()
+
+
+def one_round(engine: str, dsn: str, n: int) -> dict[str, float]:
+    """Every figure once for one engine."""
+    bulk = ours_bulk if engine == "ours" else pgq_bulk
+    single = ours_singles if engine == "ours" else pgq_singles
+    figures: dict[str, float] = {}
+    asyncio.run(reset(engine, dsn))
+    figures["bulk"] = n / asyncio.run(bulk(dsn, n))
+    for workers in (1, 2):
+        if workers == 2:
+            asyncio.run(reset(engine, dsn))
+            asyncio.run(bulk(dsn, n))
+        seconds, peak = process_run(engine, dsn, workers)
+        figures[f"proc{workers}"] = n / seconds
+        figures["rss"] = max(figures.get("rss", 0.0), peak / 1024)
+    asyncio.run(reset(engine, dsn))
+    figures["single"] = SINGLE_ENQUEUES / asyncio.run(single(dsn, SINGLE_ENQUEUES))
+    latencies = latency_run(engine, dsn)
+    figures["p50"] = percentile(latencies, 50)
+    figures["p99"] = percentile(latencies, 99)
+    return figures
+
+
+def bench(args: argparse.Namespace) -> None:
+    from paymanager.logging import configure_logging
+
+    configure_logging("warning", "json")
+    n = args.jobs
+    print(
+        f"# job engine benchmark: {n} jobs, concurrency {CONCURRENCY} per worker process "
+        f"(PGQueuer batch {PGQ_BATCH}), {args.rounds} interleaved rounds, median shown; "
+        f"PostgreSQL at {urlsplit(SERVER).netloc}"
+    )
+    created: list[str] = []
+    try:
+        dsns = {engine: asyncio.run(create_database(engine)) for engine in ("ours", "pgq")}
+        created.extend(dsns.values())
+        rounds: dict[str, list[dict[str, float]]] = {"ours": [], "pgq": []}
+        for r in range(args.rounds):
+            # Alternate which engine goes first: the machine's load drifts during a run.
+            for engine in ("ours", "pgq") if r % 2 == 0 else ("pgq", "ours"):
+                rounds[engine].append(one_round(engine, dsns[engine], n))
+        o = {k: statistics.median(f[k] for f in rounds["ours"]) for k in rounds["ours"][0]}
+        p = {k: statistics.median(f[k] for f in rounds["pgq"]) for k in rounds["pgq"][0]}
+        print(ratio_line(f"processing {n} jobs, 1 worker process", o["proc1"], p["proc1"], "jobs/s"))
+        print(ratio_line(f"processing {n} jobs, 2 worker processes", o["proc2"], p["proc2"], "jobs/s"))
+        print(ratio_line(f"bulk enqueue of {n} jobs", o["bulk"], p["bulk"], "jobs/s"))
+        print(
+            ratio_line(
+                f"single enqueues ({SINGLE_ENQUEUES}, own transaction)", o["single"], p["single"], "jobs/s"
+            )
+        )
+        print(
+            ratio_line(
+                "enqueue-to-start latency p50 (200 jobs)", o["p50"], p["p50"], "ms", higher_is_better=False
+            )
+        )
+        print(
+            ratio_line(
+                "enqueue-to-start latency p99 (200 jobs)", o["p99"], p["p99"], "ms", higher_is_better=False
+            )
+        )
+        print(ratio_line("peak RSS of a worker process", o["rss"], p["rss"], "MiB", higher_is_better=False))
+        for key in ("proc1", "proc2"):
+            pairs = ", ".join(
+                f"{a[key]:.0f}/{b[key]:.0f}" for a, b in zip(rounds["ours"], rounds["pgq"], strict=True)
+            )
+            print(f"  {key} per round (paymanager/PGQueuer jobs/s): {pairs}")
+        if not args.skip_retention:
+            dsn = asyncio.run(create_database("ours"))
+            created.append(dsn)
+            for done, size, rows in asyncio.run(retention_run(dsn, args.retention_jobs, 5)):
+                print(
+                    f"jobs table after {done:>7} jobs (keep 1000 completed): "
+                    f"{size / 1024:>8.0f} KiB, {rows} rows"
+                )
+    finally:
+        for dsn in created:
+            with contextlib.suppress(Exception):
+                asyncio.run(drop_database(dsn))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        worker_main(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--retention-jobs", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip-retention", action="store_true")
+    bench(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

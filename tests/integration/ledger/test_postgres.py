@@ -1,0 +1,152 @@
+"""What only the PostgreSQL ledger offers: the caller's transaction, shared batches, bounded expiry."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from paymanager.ledger import (
+    Account,
+    CreateTransferResult,
+    PostgresLedger,
+    Transfer,
+    TransferFlags,
+    open_ledger,
+)
+from tests.integration.ledger.conftest import FakeClock
+
+TR = CreateTransferResult
+
+
+async def make_accounts(ledger: PostgresLedger, *ids: int) -> None:
+    results = await ledger.create_accounts([Account(i, ledger=1, code=1) for i in ids])
+    assert all(r.ok for r in results)
+
+
+class Boom(Exception):
+    pass
+
+
+async def test_a_batch_on_the_callers_connection_commits_and_rolls_back_with_its_transaction(
+    pool: asyncpg.Pool,
+) -> None:
+    ledger = PostgresLedger(pool)
+    await make_accounts(ledger, 1, 2)
+
+    async def transfer_then_fail(conn: asyncpg.Connection) -> None:
+        async with conn.transaction():
+            results = await ledger.create_transfers([Transfer(10, 1, 2, 5, ledger=1, code=1)], conn=conn)
+            assert results[0].result is TR.created
+            raise Boom
+
+    async with pool.acquire() as conn:
+        with pytest.raises(Boom):
+            await transfer_then_fail(conn)
+        assert await ledger.lookup_transfers([10]) == []
+        async with conn.transaction():
+            await ledger.create_transfers([Transfer(11, 1, 2, 7, ledger=1, code=1)], conn=conn)
+            # Uncommitted: another connection does not see it yet.
+            assert await ledger.lookup_transfers([11]) == []
+    (account,) = await ledger.lookup_accounts([2])
+    assert account.credits_posted == 7
+
+
+async def test_concurrent_calls_share_batches_yet_keep_their_own_results_and_chains(
+    pool: asyncpg.Pool,
+) -> None:
+    ledger = PostgresLedger(pool, batches_in_flight=1)
+    await make_accounts(ledger, 1, 2)
+    linked = TransferFlags.LINKED
+
+    def request(n: int) -> list[Transfer]:
+        base = 100 * (n + 1)
+        if n % 3 == 0:  # a chain left open at the end of this request: it fails alone
+            return [
+                Transfer(base, 1, 2, 1, ledger=1, code=1, flags=linked),
+                Transfer(base + 1, 1, 2, 1, ledger=1, code=1, flags=linked),
+            ]
+        return [
+            Transfer(base, 1, 2, 1, ledger=1, code=1, flags=linked),
+            Transfer(base + 1, 1, 2, 1, ledger=1, code=1),
+        ]
+
+    outcomes = await asyncio.gather(*(ledger.create_transfers(request(n)) for n in range(30)))
+    for n, results in enumerate(outcomes):
+        expected = (
+            [TR.linked_event_failed, TR.linked_event_chain_open] if n % 3 == 0 else [TR.created, TR.created]
+        )
+        assert [r.result for r in results] == expected, n
+    (account,) = await ledger.lookup_accounts([2])
+    assert account.credits_posted == 2 * 20
+
+
+async def test_expire_pending_releases_at_most_limit_per_call(pool: asyncpg.Pool) -> None:
+    clock = FakeClock()
+    ledger = PostgresLedger(pool, clock=clock)
+    await make_accounts(ledger, 1, 2)
+    pending = [
+        Transfer(10 + i, 1, 2, 3, ledger=1, code=1, timeout=1, flags=TransferFlags.PENDING) for i in range(5)
+    ]
+    assert all(r.ok for r in await ledger.create_transfers(pending))
+    assert await ledger.expire_pending(limit=10) == 0
+    clock.advance(2)
+    assert await ledger.expire_pending(limit=3) == 3
+    assert await ledger.expire_pending(limit=3) == 2
+    (debit,) = await ledger.lookup_accounts([1])
+    assert debit.debits_pending == 0
+    assert (await ledger.verify()).ok
+
+
+async def test_open_ledger_gives_a_reachable_postgres_ledger(pool: asyncpg.Pool) -> None:
+    ledger = await open_ledger("postgres", pool=pool)
+    await ledger.ping()
+    assert isinstance(ledger, PostgresLedger)
+
+
+async def test_verify_reports_a_pending_transfer_without_its_state_and_a_dangling_account(
+    pool: asyncpg.Pool,
+) -> None:
+    ledger = PostgresLedger(pool)
+    await make_accounts(ledger, 1, 2)
+    await ledger.create_transfers([Transfer(10, 1, 2, 4, ledger=1, code=1, flags=TransferFlags.PENDING)])
+    assert (await ledger.verify()).ok
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("DELETE FROM ledger_pending")
+        await conn.execute("UPDATE ledger_account SET debits_pending = 0, credits_pending = 0")
+        await conn.execute("UPDATE ledger_transfer SET credit_account_id = $1", f"{99:032x}")
+    verification = await ledger.verify()
+    assert not verification.ok
+    text = "\n".join(verification.violations)
+    assert "pending transfer 10: missing or inconsistent pending state" in text
+    assert "transfer 10: refers to an account that does not exist" in text
+
+
+async def test_two_processes_on_the_same_nanosecond_still_get_unique_timestamps(pool: asyncpg.Pool) -> None:
+    start = FakeClock().now_ns
+    first = PostgresLedger(pool, clock=FakeClock(start))
+    await make_accounts(first, 1, 2)  # takes the nanoseconds start and start + 1
+    a = await first.create_transfers([Transfer(10, 1, 2, 1, ledger=1, code=1)])
+    assert a[0].timestamp == start + 2
+    # A second process whose clock reads that very nanosecond collides on the unique index, then
+    # jumps ahead and succeeds.
+    second = PostgresLedger(pool, clock=FakeClock(start + 2))
+    b = await second.create_transfers([Transfer(11, 1, 2, 1, ledger=1, code=1)])
+    assert b[0].result is TR.created
+    assert b[0].timestamp > a[0].timestamp
+
+
+async def test_racing_batches_with_one_id_and_different_accounts_create_it_once(pool: asyncpg.Pool) -> None:
+    # Different accounts mean no common lock: the unique index decides, and the loser retries.
+    ledger = PostgresLedger(pool, coalesce=False)
+    await make_accounts(ledger, 1, 2, 3, 4)
+    for n in range(15):
+        transfer_id = 1000 + n
+        outcomes = await asyncio.gather(
+            ledger.create_transfers([Transfer(transfer_id, 1, 2, 1, ledger=1, code=1)]),
+            ledger.create_transfers([Transfer(transfer_id, 3, 4, 1, ledger=1, code=1)]),
+        )
+        got = sorted(r[0].result.name for r in outcomes)
+        assert got == ["created", "exists_with_different_debit_account_id"]
+    assert (await ledger.verify()).ok
