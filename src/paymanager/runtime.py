@@ -268,6 +268,11 @@ class Runtime:
     async def wait_stopped(self) -> None:
         await self._stop.wait()
 
+    @property
+    def stopping(self) -> bool:
+        """True once shutdown was requested: long-lived work (event streams) ends itself."""
+        return self._stop.is_set()
+
     async def shutdown(self) -> None:
         """Stop listening, let running work finish within the timeout, release the rest, close."""
         timeout_s = self.settings.shutdown_timeout_ms / 1000

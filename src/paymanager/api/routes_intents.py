@@ -32,8 +32,10 @@ from paymanager.domain.intents import TERMINAL, IntentStatus
 
 router = APIRouter(prefix="/intents", tags=["intents"])
 
-# How long a quiet event stream waits before re-reading its intent (covers a LISTEN reconnect).
+# How long a quiet event stream waits before re-reading its intent (covers a LISTEN reconnect), and
+# how often it checks whether the process is shutting down.
 STREAM_RECHECK_S = 5.0
+STREAM_WAKE_S = 0.5
 
 
 @router.post("/quote", response_model=QuoteOut, summary="The fee and total of an amount on a channel")
@@ -174,17 +176,22 @@ async def _stream(
 ) -> AsyncIterator[dict[str, Any]]:
     """Subscribed before the first read, so no change between the read and the stream is missed."""
     deadline = time.monotonic() + payments.settings.sse_max_duration_sec
+    runtime = request.app.state.runtime
     try:
         event = await _current(payments, caller, intent_id)
         last = event["version"]
         yield _sse(event)
+        recheck_at = time.monotonic() + STREAM_RECHECK_S
         while event["status"] not in TERMINAL and time.monotonic() < deadline:
-            if await request.is_disconnected():
+            if runtime.stopping or await request.is_disconnected():
                 return
             try:
-                event = await asyncio.wait_for(queue.get(), timeout=STREAM_RECHECK_S)
+                event = await asyncio.wait_for(queue.get(), timeout=STREAM_WAKE_S)
             except TimeoutError:
+                if time.monotonic() < recheck_at:
+                    continue
                 event = await _current(payments, caller, intent_id)
+                recheck_at = time.monotonic() + STREAM_RECHECK_S
             if event["version"] > last:
                 last = event["version"]
                 yield _sse(event)

@@ -11,7 +11,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from tests.e2e.payments.conftest import Server, clients
+from tests.e2e.payments.conftest import Server, clients, create_service, start_server
 from tests.integration.payments.signed_client import SignedClient
 from tests.support.processes import PaymanagerProcess, run_cli
 
@@ -154,3 +154,28 @@ def test_call_command_signs_a_request_from_the_shell(server: Server) -> None:
     assert "X-Signature: " in signed.stdout
     unsigned = httpx.get(server.url + "/intents", timeout=5)
     assert unsigned.status_code == 401
+
+
+async def test_sigterm_ends_open_event_streams_instead_of_waiting_for_them(
+    database_url: str, redis_url: str
+) -> None:
+    """A stream of an intent that never finishes must not hold shutdown until SHUTDOWN_TIMEOUT_MS."""
+    process, url, env = start_server(database_url, "api", REDIS_URL=redis_url, SHUTDOWN_TIMEOUT_MS="120000")
+    try:
+        shop = create_service(env, "sse-shop", admin=False)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            client = SignedClient(http, shop.id, shop.secret)
+            payer, payee = await client.open_account(), await client.open_account()
+            created = await client.post("/intents", p2p(payer, payee, 10))
+            path = f"/intents/{created.json()['id']}/events"
+            async with http.stream("GET", path, headers=client.headers_for("GET", path, b"")) as response:
+                lines = response.aiter_lines()
+                while not (await anext(lines)).startswith("data:"):
+                    pass
+                process.proc.terminate()
+                async for _ in lines:
+                    pass  # The server ends the stream; without the fix this blocks for two minutes.
+        # Far below SHUTDOWN_TIMEOUT_MS: a stream that held shutdown would exceed it.
+        assert process.proc.wait(timeout=60) == 0
+    finally:
+        process.close()
