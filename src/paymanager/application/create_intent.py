@@ -60,9 +60,9 @@ class _Party:
         return self.id, self.kind
 
 
-async def _party(
+def _party(
     payments: Payments,
-    conn: Conn,
+    accounts: dict[uuid.UUID, Any],
     channel: Channel,
     side: str,
     given: uuid.UUID | None,
@@ -79,7 +79,7 @@ async def _party(
         return _Party(payments.system_account(system, code), AccountKind.SYSTEM, None)
     if given is None:
         return None
-    row = await conn.fetchrow(QA["account_get"], given)
+    row = accounts.get(given)
     if row is None:
         raise NotFoundError(f"no such {side} account", {f"{side}_account_id": str(given)})
     if row["currency"] != code:
@@ -102,12 +102,11 @@ async def create_intent(
     channel.check_scope(caller.scopes)
     q = channel.quote(positive(request.amount, request.currency))
     code = request.currency
-    payer = await _party(
-        payments, conn, channel, "payer", request.payer_account_id, channel.payer_system, code
-    )
-    payee = await _party(
-        payments, conn, channel, "payee", request.payee_account_id, channel.payee_system, code
-    )
+    given = [i for i in (request.payer_account_id, request.payee_account_id) if i is not None]
+    # Both accounts in one round trip.
+    accounts = {row["id"]: row for row in await conn.fetch(QA["account_get_many"], given)} if given else {}
+    payer = _party(payments, accounts, channel, "payer", request.payer_account_id, channel.payer_system, code)
+    payee = _party(payments, accounts, channel, "payee", request.payee_account_id, channel.payee_system, code)
     channel.check_parties(
         payer.checked if payer and not channel.payer_system else None,
         payee.checked if payee and not channel.payee_system else None,
