@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from paymanager.api import routes_accounts, routes_intents, routes_policies
+from paymanager.api import routes_accounts, routes_channels, routes_intents, routes_policies
 from paymanager.api.auth import ServiceCache
 from paymanager.api.body_limit import BodyLimitMiddleware
 from paymanager.api.event_hub import IntentEventHub
@@ -70,5 +70,6 @@ def install_payments_api(payments: Payments, hub: IntentEventHub) -> object:
         app.include_router(routes_accounts.router)
         app.include_router(routes_intents.router)
         app.include_router(routes_policies.router)
+        app.include_router(routes_channels.router)
 
     return install

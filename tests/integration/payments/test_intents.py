@@ -280,3 +280,19 @@ async def test_unstorable_text_and_json_are_422_not_500(api: Api) -> None:
         headers |= {"Idempotency-Key": str(uuid.uuid4()), "Content-Type": "application/json"}
         response = await api.http.post("/intents", content=body, headers=headers)
         assert response.status_code == 422, (text[:80], response.text)
+
+
+async def test_channels_lists_the_five_with_their_fee_rules(api: Api) -> None:
+    listed = (await api.client.get("/channels")).json()["data"]
+    by_name = {c["name"]: c for c in listed}
+    assert set(by_name) == {
+        "internal-p2p",
+        "ipps-transfer",
+        "service-transfer",
+        "admin-transfer",
+        "merchant-invoice",
+    }
+    assert by_name["admin-transfer"]["required_scope"] == "admin"
+    assert by_name["ipps-transfer"]["settles_on_confirm"] is False
+    assert by_name["merchant-invoice"]["expires"] is True
+    assert by_name["internal-p2p"]["fee"]["rate_bps"] == 50
