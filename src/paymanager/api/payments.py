@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import FastAPI
 
 from paymanager.api import routes_accounts, routes_channels, routes_intents, routes_policies
@@ -58,7 +60,7 @@ Every error has one shape: `{"error": {"code": "...", "message": "...", "details
 """
 
 
-def install_payments_api(payments: Payments, hub: IntentEventHub) -> object:
+def install_payments_api(payments: Payments, hub: IntentEventHub) -> Callable[[FastAPI], None]:
     """A callable for `runtime.registry["api_routers"]`, applied by `create_app`."""
 
     def install(app: FastAPI) -> None:
