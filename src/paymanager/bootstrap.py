@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 PAYMENTS = "payments"
 OUTBOX_QUEUE = "outbox"
+JOB_SERVICES = "job-services"
+# Roles whose work runs as jobs. A process gets ONE job Worker serving the queues of all its roles, and
+# one Maintenance (rescuer, pruner, periodic scheduler) whatever its roles.
+JOB_ROLES = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY)
 
 
 def install(hooks: StartupHooks) -> None:
@@ -29,7 +33,8 @@ def install(hooks: StartupHooks) -> None:
     hooks.register_channels.append(register_channels)
     hooks.reconcile_stuck_intents.append(reconcile_stuck_intents)
     hooks.role_workers.setdefault(Role.API, []).append(api_services)
-    hooks.role_workers.setdefault(Role.OUTBOX_WORKER, []).append(outbox_services)
+    for role in JOB_ROLES:
+        hooks.role_workers.setdefault(role, []).append(job_services)
 
 
 async def connect_ledger(runtime: Runtime) -> None:
@@ -144,9 +149,13 @@ async def api_services(runtime: Runtime) -> list[Service]:
     return [hub, ApiSweeper(payments)]
 
 
-async def outbox_services(runtime: Runtime) -> list[Service]:
-    """The outbox-worker role: a job worker on the outbox queue, and the engine's maintenance."""
+async def job_services(runtime: Runtime) -> list[Service]:
+    """The job Worker for the queues of this process's roles, and the engine's maintenance; built once
+    per process (the first job role asks, the others get nothing more)."""
+    if JOB_SERVICES in runtime.registry:
+        return []
     from paymanager.application.confirm_intent import SETTLE_KIND
+    from paymanager.application.invoice_sweep import INVOICE_QUEUE, SWEEP_KIND, invoice_sweep_handler
     from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
     from paymanager.application.settle_intent import settle_handler
     from paymanager.jobs import OUTBOX_SCHEDULE, Registry, Worker
@@ -154,19 +163,28 @@ async def outbox_services(runtime: Runtime) -> list[Service]:
     settings = runtime.settings
     assert runtime.pool is not None
     registry = Registry()
-    registry.register(
-        SETTLE_KIND,
-        settle_handler(payments_of(runtime)),
-        queue=OUTBOX_QUEUE,
-        max_attempts=settings.outbox_max_attempts,
-        backoff=OUTBOX_SCHEDULE,
-    )
-    registry.register(EXPIRE_KIND, expire_pending_handler(runtime.ledger), queue=OUTBOX_QUEUE, max_attempts=3)
-    worker = Worker(
-        runtime.pool, runtime.database_url, registry, {OUTBOX_QUEUE: settings.outbox_concurrency},
-        worker_options(runtime),
-    )  # fmt: skip
-    return [worker, maintenance(runtime)]
+    queues: dict[str, int] = {}
+    if Role.OUTBOX_WORKER in runtime.roles:
+        registry.register(
+            SETTLE_KIND,
+            settle_handler(payments_of(runtime)),
+            queue=OUTBOX_QUEUE,
+            max_attempts=settings.outbox_max_attempts,
+            backoff=OUTBOX_SCHEDULE,
+        )
+        registry.register(
+            EXPIRE_KIND, expire_pending_handler(runtime.ledger), queue=OUTBOX_QUEUE, max_attempts=3
+        )
+        queues[OUTBOX_QUEUE] = settings.outbox_concurrency
+    if Role.INVOICE_EXPIRY in runtime.roles:
+        # One sweep at a time per process; the periodic schedule makes it one per slot cluster-wide.
+        registry.register(SWEEP_KIND, invoice_sweep_handler(payments_of(runtime)), queue=INVOICE_QUEUE,
+                          max_attempts=3)  # fmt: skip
+        queues[INVOICE_QUEUE] = 1
+    worker = Worker(runtime.pool, runtime.database_url, registry, queues, worker_options(runtime))
+    services: list[Service] = [worker, maintenance(runtime)]
+    runtime.registry[JOB_SERVICES] = services
+    return services
 
 
 def worker_options(runtime: Runtime) -> Any:
@@ -185,6 +203,7 @@ def worker_options(runtime: Runtime) -> Any:
 
 def maintenance(runtime: Runtime) -> Service:
     """The engine's maintenance (rescuer, pruner, promoter); it elects one leader cluster-wide."""
+    from paymanager.application.invoice_sweep import INVOICE_QUEUE, SWEEP_KIND
     from paymanager.application.ledger_ops import EXPIRE_KIND
     from paymanager.jobs import MaintenanceOptions, PeriodicJob, Retention
     from paymanager.jobs.maintenance import Maintenance
@@ -200,9 +219,17 @@ def maintenance(runtime: Runtime) -> Service:
             completed_count=settings.job_retention_completed_count,
             dead_age_ms=settings.job_retention_dead_age_ms,
         ),
+        # Every process schedules every periodic job, whatever its roles: the leader's list must be the
+        # cluster's. A run waits in its queue for a process with the role that serves it.
         periodic=(
             PeriodicJob(
                 EXPIRE_KIND, EXPIRE_KIND, queue=OUTBOX_QUEUE, interval_ms=settings.ledger_expire_interval_ms
+            ),
+            PeriodicJob(
+                SWEEP_KIND,
+                SWEEP_KIND,
+                queue=INVOICE_QUEUE,
+                interval_ms=settings.invoice_expiry_sweep_interval_ms,
             ),
         ),
     )

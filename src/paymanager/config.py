@@ -172,7 +172,7 @@ class Settings(BaseSettings):
 
     # --- invoices and checkout sessions -----------------------------------------------------------------
     invoice_expiry_sweep_interval_ms: int = Field(
-        default=30_000, ge=100, le=86_400_000, description="Period of the invoice expiry sweep."
+        default=30_000, ge=1_000, le=86_400_000, description="Period of the invoice expiry sweep."
     )
     invoice_expiry_batch_size: int = Field(
         default=100, ge=1, le=10_000, description="Invoices expired per sweep statement."

@@ -41,6 +41,11 @@ async def enqueue_due(pool: Pool, jobs: tuple[PeriodicJob, ...], now: datetime) 
             if await conn.fetchval(Q["job_periodic_claim_slot"], job.name, slot) is None:
                 continue
             payload = {**job.payload, "slot": slot.isoformat()}
-            result = await enqueue(conn, job.kind, payload, queue=job.queue)
-            created.append(result.id)
+            # One unfinished run per schedule: while a run waits (its queue has no worker right now) or
+            # runs long, later slots are skipped rather than piled up behind it.
+            result = await enqueue(
+                conn, job.kind, payload, queue=job.queue, unique_key=f"periodic:{job.name}"
+            )
+            if result.created:
+                created.append(result.id)
     return created

@@ -1,0 +1,37 @@
+"""The invoice expiry sweep of the `invoice-expiry` role.
+
+A periodic job (one per `INVOICE_EXPIRY_SWEEP_INTERVAL_MS` slot cluster-wide, however many processes
+run the role) expires merchant invoices left `created` past `expires_at`: one atomic UPDATE of up to
+`INVOICE_EXPIRY_BATCH_SIZE` rows per transaction, with SKIP LOCKED so that a sweep and a confirm (or
+two sweeps) never expire an invoice twice. Each expiry is published as `intent.{id}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paymanager.application.context import Payments
+from paymanager.application.reconcile import ReconcileReport, expire_due_invoices
+
+SWEEP_KIND = "invoice.expire_sweep"
+INVOICE_QUEUE = "invoice-expiry"
+# A sweep stops after this many batches and leaves the rest to the next slot, so one run is bounded.
+MAX_BATCHES_PER_SWEEP = 100
+
+
+async def sweep_invoices(payments: Payments) -> int:
+    """Expire due invoices in bounded batches; returns how many expired."""
+    batch = payments.settings.invoice_expiry_batch_size
+    report = ReconcileReport()
+    await expire_due_invoices(
+        payments, batch_size=batch, max_intents=batch * MAX_BATCHES_PER_SWEEP, report=report
+    )
+    return report.expired
+
+
+def invoice_sweep_handler(payments: Payments) -> Any:
+    async def handle(ctx: Any) -> dict[str, int]:
+        del ctx
+        return {"expired": await sweep_invoices(payments)}
+
+    return handle
