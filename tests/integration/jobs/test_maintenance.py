@@ -102,12 +102,33 @@ async def test_periodic_job_is_enqueued_once_per_slot_however_many_processes(
     for _ in range(5):  # 12:00:00.5, 12:00:40.5, 12:01:20.5, 12:02:00.5, 12:02:40.5
         await asyncio.gather(*(s.periodic() for s in services))
         now[0] += timedelta(seconds=40)
+        # A worker finishes each run before the next slot (an unfinished run would hold the next back).
+        await pool.execute(
+            "UPDATE job SET state = 'completed', finalized_at = now()"
+            " WHERE kind = 'sweep.run' AND state <> 'completed'"
+        )
     rows = await pool.fetch("SELECT payload FROM job WHERE kind = 'sweep.run' ORDER BY id")
     # Slots 12:00 (first sight, recorded only), 12:01 and 12:02: two jobs, one per new slot.
     assert [r["payload"]["slot"] for r in rows] == [
         "2030-01-01T12:01:00+00:00",
         "2030-01-01T12:02:00+00:00",
     ]
+
+
+async def test_periodic_slots_are_skipped_while_a_run_is_unfinished(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    """No worker serves the queue: runs must not pile up one per slot behind the waiting one."""
+    now = [datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)]
+    options = MaintenanceOptions(periodic=(PeriodicJob("sweep", "sweep.run", interval_ms=60_000),))
+    maintenance = Maintenance(pool, database_url, options, clock=lambda: now[0])
+    for _ in range(6):
+        await maintenance.periodic()
+        now[0] += timedelta(minutes=1)
+    assert await pool.fetchval("SELECT count(*) FROM job WHERE kind = 'sweep.run'") == 1
+    await pool.execute("UPDATE job SET state = 'completed', finalized_at = now() WHERE kind = 'sweep.run'")
+    await maintenance.periodic()
+    assert await pool.fetchval("SELECT count(*) FROM job WHERE kind = 'sweep.run'") == 2
 
 
 def test_cron_slot_is_the_latest_at_or_before_now() -> None:
