@@ -131,8 +131,8 @@ async def authenticate(
         bytes.fromhex(expected), identity.id, datetime.fromtimestamp(stamp, UTC) + timedelta(seconds=skew)
     )
     if request.method == "POST":
-        # Every POST runs in one transaction (`run_idempotent`), which remembers the signature as its
-        # first statement: one commit per POST instead of two.
+        # Every POST runs in one transaction (`run_idempotent`), which remembers the signature in its
+        # first statement, with the claim of the Idempotency-Key: one commit per POST instead of two.
         request.state.used_signature = used
     else:
         async with payments.pool.acquire() as conn:
@@ -148,20 +148,24 @@ class UsedSignature:
     expires_at: datetime
 
 
+def replayed_error() -> ApiError:
+    return _unauthorized(
+        "replayed", "this signature was already used; sign each request with a fresh timestamp"
+    )
+
+
 async def remember(conn: Conn, used: UsedSignature) -> None:
     """Record an accepted signature, or answer 401 `replayed` when it was accepted before. Inside a
     transaction a concurrent replay waits here for the first request's commit, then is refused."""
     if not await services.remember_signature(conn, used.signature, used.service_id, used.expires_at):
-        raise _unauthorized(
-            "replayed", "this signature was already used; sign each request with a fresh timestamp"
-        )
+        raise replayed_error()
 
 
-async def remember_post_signature(request: Request, conn: Conn) -> None:
-    """The POST half of the replay check, on the request's own transaction."""
+def post_signature(request: Request) -> UsedSignature:
+    """The signature of a POST, for its own transaction to remember (see `run_idempotent`)."""
     used: UsedSignature | None = getattr(request.state, "used_signature", None)
     assert used is not None, "a POST reached its work without passing authenticate"
-    await remember(conn, used)
+    return used
 
 
 async def require_admin(

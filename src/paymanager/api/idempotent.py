@@ -1,4 +1,10 @@
-"""Runs a POST under its Idempotency-Key: the work, the stored outcome and the key commit together."""
+"""Runs a POST under its Idempotency-Key: the work, the stored outcome and the key commit together.
+
+A POST is one transaction: the signature's replay memory and the key's claim (one statement), the
+work, the stored outcome, the commit. The work runs first without a savepoint (two round trips fewer
+per request); when it refuses the request, that transaction rolls back whole and the POST runs again
+with the work in a savepoint, so the refusal is stored under the key with nothing of its effects.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from paymanager.api.auth import remember_post_signature
+from paymanager.api.auth import UsedSignature, post_signature, replayed_error
 from paymanager.api.errors import domain_error_body, domain_status, error_body
 from paymanager.application import idempotency
 from paymanager.application.context import Payments
@@ -26,6 +32,13 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 # The work of one POST: given the transaction's connection and a list to append events to (published
 # to Redis after the commit), it returns the status code and the JSON body of the response.
 Work = Callable[[Conn, list[dict[str, Any]]], Awaitable[tuple[int, Any]]]
+# How the work refuses a request: its own errors, or the schema catching input the code let through.
+SCHEMA_REFUSALS = (asyncpg.CheckViolationError, asyncpg.StringDataRightTruncationError)
+REFUSALS = (DomainError, *SCHEMA_REFUSALS)
+
+
+class _Refused(Exception):
+    """The work refused the request outside a savepoint: its transaction must roll back."""
 
 
 async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) -> Response:
@@ -33,18 +46,39 @@ async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) 
     key = idempotency.check_key(request.headers.get("Idempotency-Key"))
     body = await request.body()
     path = request.url.path
-    digest = idempotency.request_hash(request.method, path, body)
+    wanted = idempotency.KeyClaim(
+        caller.id, key, request.method, path, idempotency.request_hash(request.method, path, body),
+        payments.clock(), payments.settings.idempotency_key_ttl_sec,
+    )  # fmt: skip
+    used = post_signature(request)
+    try:
+        return await _transaction(payments, wanted, used, work, guarded=False)
+    except _Refused:
+        # Nothing of the first attempt committed, the signature's memory included, so the second
+        # attempt remembers it as the first time.
+        return await _transaction(payments, wanted, used, work, guarded=True)
+
+
+async def _transaction(
+    payments: Payments, wanted: idempotency.KeyClaim, used: UsedSignature, work: Work, *, guarded: bool
+) -> Response:
     events: list[dict[str, Any]] = []
     async with payments.pool.acquire() as conn, conn.transaction():
-        await remember_post_signature(request, conn)
-        stored = await idempotency.claim(
-            conn, caller.id, key, request.method, path, digest, payments.clock(),
-            payments.settings.idempotency_key_ttl_sec,
-        )  # fmt: skip
+        fresh, stored = await idempotency.claim_signed(conn, wanted, used.signature, used.expires_at)
+        if not fresh:
+            raise replayed_error()
         if stored is not None:
             return _json(stored.body, stored.status_code, {REPLAYED_HEADER: "true"})
-        status, payload = await _attempt(conn, work, events)
-        await idempotency.store(conn, caller.id, key, idempotency.StoredOutcome(status, payload))
+        if guarded:
+            status, payload = await _attempt(conn, work, events)
+        else:
+            try:
+                status, payload = await work(conn, events)
+            except REFUSALS as exc:
+                raise _Refused from exc
+        await idempotency.store(
+            conn, wanted.service_id, wanted.key, idempotency.StoredOutcome(status, payload)
+        )
     for event in events:
         await publish(payments, event)
     return _json(payload, status)
@@ -62,7 +96,7 @@ async def _attempt(conn: Conn, work: Work, events: list[dict[str, Any]]) -> tupl
     except DomainError as exc:
         events.clear()
         return domain_status(exc), domain_error_body(exc)
-    except (asyncpg.CheckViolationError, asyncpg.StringDataRightTruncationError) as exc:
+    except SCHEMA_REFUSALS as exc:
         # The schema caught input the code should have refused first: still the client's input, so
         # a 422, but logged as the bug it is.
         events.clear()

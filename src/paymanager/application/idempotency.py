@@ -46,33 +46,61 @@ def check_key(key: str | None) -> str:
     return key
 
 
-async def claim(
-    conn: Conn,
-    service_id: str,
-    key: str,
-    method: str,
-    path: str,
-    digest: bytes,
-    now: datetime,
-    ttl_sec: int,
-) -> StoredOutcome | None:
-    """Claim `key` inside the caller's transaction; returns the stored outcome when there is one.
+@dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """One request's claim of its Idempotency-Key: who, which key, and what the request was."""
+
+    service_id: str
+    key: str
+    method: str
+    path: str
+    digest: bytes
+    now: datetime
+    ttl_sec: int
+
+    @property
+    def expires_at(self) -> datetime:
+        return self.now + timedelta(seconds=self.ttl_sec)
+
+
+async def claim(conn: Conn, wanted: KeyClaim) -> StoredOutcome | None:
+    """Claim the key inside the caller's transaction; returns the stored outcome when there is one.
 
     Raises `IdempotencyKeyReusedError` when the key was used for a different request.
     """
-    expires = now + timedelta(seconds=ttl_sec)
     claimed = await conn.fetchval(
-        Q["idempotency_key_claim"], service_id, key, method, path, digest, now, expires
-    )
-    if claimed is not None:
-        return None
-    row = await conn.fetchrow(Q["idempotency_key_get"], service_id, key)
+        Q["idempotency_key_claim"], wanted.service_id, wanted.key, wanted.method, wanted.path,
+        wanted.digest, wanted.now, wanted.expires_at,
+    )  # fmt: skip
+    return None if claimed is not None else await _stored(conn, wanted)
+
+
+async def claim_signed(
+    conn: Conn, wanted: KeyClaim, signature: bytes, signature_expires_at: datetime
+) -> tuple[bool, StoredOutcome | None]:
+    """`claim`, and remember the request's signature, in one round trip.
+
+    Returns False and nothing else for a replayed signature (the caller refuses the request and rolls
+    back); otherwise True and what `claim` returns.
+    """
+    row = await conn.fetchrow(
+        Q["idempotency_key_claim_signed"], wanted.service_id, wanted.key, wanted.method, wanted.path,
+        wanted.digest, wanted.now, wanted.expires_at, signature, signature_expires_at,
+    )  # fmt: skip
+    assert row is not None, "the statement always returns one row"
+    if not row["fresh_signature"]:
+        return False, None
+    return True, None if row["claimed"] else await _stored(conn, wanted)
+
+
+async def _stored(conn: Conn, wanted: KeyClaim) -> StoredOutcome:
+    row = await conn.fetchrow(Q["idempotency_key_get"], wanted.service_id, wanted.key)
     assert row is not None, "the conflicting row was committed before our claim returned"
     assert row["status_code"] is not None, "a committed key always has its outcome"
-    if row["request_hash"] != digest:
+    if row["request_hash"] != wanted.digest:
         raise IdempotencyKeyReusedError(
             "this Idempotency-Key was used for a different request; use a new key for a new request",
-            {"key": key, "first_method": row["method"], "first_path": row["path"]},
+            {"key": wanted.key, "first_method": row["method"], "first_path": row["path"]},
         )
     return StoredOutcome(row["status_code"], row["response_body"])
 
