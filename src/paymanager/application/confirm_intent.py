@@ -7,7 +7,7 @@ outbox): a rollback leaves no hold and no job, a commit leaves both.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 from paymanager.application import events, ledger_ops
@@ -70,13 +70,22 @@ async def confirm_intent(
     deadline_sec = payments.settings.intent_settle_deadline_sec
     hold_id = new_id()
     await ledger_ops.hold(payments.ledger, conn, row, hold_id, deadline_sec + HOLD_TIMEOUT_MARGIN_SEC)
-    updated = await conn.fetchrow(
-        Q["intent_confirm"], intent_id, now, now + timedelta(seconds=deadline_sec), hold_id
+    # The event of the update, known before it: the next version, at `now`.
+    payload = events.event_payload(
+        {
+            **row,
+            "status": IntentStatus.CONFIRMED.value,
+            "version": row["version"] + 1,
+            "updated_at": now.astimezone(UTC),
+        }
     )
+    updated = await conn.fetchrow(
+        Q["intent_confirm"], intent_id, now, now + timedelta(seconds=deadline_sec), hold_id,
+        events.NOTIFY_CHANNEL, events.notify_text(payload),
+    )  # fmt: skip
     assert updated is not None, "the row lock guarantees the intent is still created"
+    assert events.event_payload(updated) == payload, "the notified event is the update's"
     if channel.settles_on_confirm:
         await enqueue_settlement(payments, conn, intent_id)
-    payload = events.event_payload(updated)
-    await events.notify(conn, payload)
     pending.append(payload)
     return updated

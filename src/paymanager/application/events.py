@@ -51,6 +51,11 @@ def event_payload(intent: Any) -> dict[str, Any]:
     }
 
 
+def notify_text(payload: dict[str, Any]) -> str:
+    """The NOTIFY payload of an event, for a statement that sends it itself."""
+    return orjson.dumps(payload).decode()
+
+
 async def notify(conn: Conn, payload: dict[str, Any]) -> None:
     """NOTIFY on the caller's transaction: delivered only if it commits."""
-    await conn.execute(Q["intent_notify"], NOTIFY_CHANNEL, orjson.dumps(payload).decode())
+    await conn.execute(Q["intent_notify"], NOTIFY_CHANNEL, notify_text(payload))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from tests.integration.payments.conftest import Api
 
@@ -67,3 +68,33 @@ async def test_keys_are_kept_at_least_a_day(api: Api) -> None:
     async with api.payments.pool.acquire() as conn:
         kept = await conn.fetchval("SELECT expires_at - created_at FROM idempotency_key WHERE key = 'ttl'")
     assert kept.total_seconds() >= 86_400
+
+
+async def test_a_refused_confirm_stores_its_refusal_keeps_its_signature_and_holds_nothing(api: Api) -> None:
+    # The refusal happens in the work, after the signature and the key were written: the request
+    # runs again with the work in a savepoint, and both must still be remembered.
+    payer = await api.client.open_account()
+    payee = await api.client.open_account()
+    body = {
+        "channel": "internal-p2p", "amount": 500, "currency": "THB",
+        "payer_account_id": payer, "payee_account_id": payee,
+    }  # fmt: skip
+    created = await api.client.post("/intents", body)
+    path = f"/intents/{created.json()['id']}/confirm"
+    stamp = int(time.time())
+    refused = await api.client.request("POST", path, key="broke", timestamp=stamp)
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "insufficient_funds"
+    replayed = await api.client.request("POST", path, key="broke", timestamp=stamp)
+    assert replayed.status_code == 401
+    assert replayed.json()["error"]["code"] == "replayed"
+    again = await api.client.request("POST", path, key="broke", timestamp=stamp - 1)
+    assert again.status_code == 422
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == refused.json()
+    async with api.payments.pool.acquire() as conn:
+        intent = await conn.fetchrow(
+            "SELECT status, hold_id FROM intent WHERE id = $1::uuid", created.json()["id"]
+        )
+        jobs = await conn.fetchval("SELECT count(*) FROM job WHERE kind = 'intent.settle'")
+    assert (intent["status"], intent["hold_id"], jobs) == ("created", None, 0)
