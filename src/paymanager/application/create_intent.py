@@ -18,7 +18,6 @@ from paymanager.domain.errors import CurrencyMismatchError, InvalidInputError, N
 from paymanager.domain.money import positive
 
 Q = load_queries("paymanager.application", "intents.sql")
-QA = load_queries("paymanager.application", "accounts.sql")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +102,10 @@ async def create_intent(
     q = channel.quote(positive(request.amount, request.currency))
     code = request.currency
     given = [i for i in (request.payer_account_id, request.payee_account_id) if i is not None]
-    # Both accounts in one round trip.
-    accounts = {row["id"]: row for row in await conn.fetch(QA["account_get_many"], given)} if given else {}
+    # Both accounts and the policies in one round trip.
+    rows = await conn.fetch(Q["intent_parties_and_policies"], given, channel.name.value, caller.id)
+    accounts = {row["id"]: row for row in rows if row["policy"] is None}
+    matching = [policies.policy_of(row["policy"]) for row in rows if row["policy"] is not None]
     payer = _party(payments, accounts, channel, "payer", request.payer_account_id, channel.payer_system, code)
     payee = _party(payments, accounts, channel, "payee", request.payee_account_id, channel.payee_system, code)
     channel.check_parties(
@@ -122,7 +123,7 @@ async def create_intent(
         side = "payee" if channel.expires else "payer"
         raise NotFoundError(f"no such {side} account", {f"{side}_account_id": str(initiator.id)})
     now = payments.clock()
-    await policies.enforce(conn, channel.name.value, caller.id, payer.id, q.amount, now)
+    await policies.enforce_matching(conn, matching, channel.name.value, payer.id, q.amount, now)
     expires_at = None
     if channel.expires:
         ttl = request.expires_in_sec or payments.settings.invoice_default_ttl_sec

@@ -4,6 +4,18 @@ INSERT INTO intent (id, service_id, channel, amount, fee, currency, payer_accoun
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13)
 RETURNING *;
 
+-- name: intent_parties_and_policies
+-- What a new intent is checked against, in one round trip: a row per account of $1 that exists (its
+-- policy column NULL), then a row per policy of channel $2 that applies to service $3 (as JSON, its
+-- account columns NULL).
+SELECT id, kind, currency, owner_service_id, NULL::jsonb AS policy
+  FROM account
+ WHERE id = ANY($1::uuid[])
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, to_jsonb(policy)
+  FROM policy
+ WHERE channel = $2 AND (service_id IS NULL OR service_id = $3);
+
 -- name: intent_get
 SELECT * FROM intent WHERE id = $1;
 

@@ -47,7 +47,8 @@ def policy_view(row: Any) -> dict[str, Any]:
     }
 
 
-def _from_row(row: Any) -> rules.Policy:
+def policy_of(row: Any) -> rules.Policy:
+    """A policy from its row, or from the row as JSON (`to_jsonb(policy)`)."""
     return rules.Policy(
         id=str(row["id"]),
         channel=row["channel"],
@@ -103,12 +104,24 @@ async def delete_policy(conn: Conn, policy_id: uuid.UUID) -> None:
 async def enforce(
     conn: Conn, channel: str, service_id: str, payer_account_id: uuid.UUID, amount: Money, now: datetime
 ) -> None:
-    """Raise `PolicyViolationError` naming the first refusing rule; nothing when no policy applies.
+    """Raise `PolicyViolationError` naming the first refusing rule; nothing when no policy applies."""
+    matching = [policy_of(row) for row in await conn.fetch(Q["policy_matching"], channel, service_id)]
+    await enforce_matching(conn, matching, channel, payer_account_id, amount, now)
+
+
+async def enforce_matching(
+    conn: Conn,
+    matching: list[rules.Policy],
+    channel: str,
+    payer_account_id: uuid.UUID,
+    amount: Money,
+    now: datetime,
+) -> None:
+    """`enforce` with the policies that apply already read.
 
     The daily volume is summed under a lock on the payer account, so two concurrent intents cannot
     both fit under a limit that only one of them fits.
     """
-    matching = [_from_row(row) for row in await conn.fetch(Q["policy_matching"], channel, service_id)]
     if not matching:
         return
     used = 0
