@@ -10,6 +10,10 @@ Printed, all in one run on this machine:
 3. settlement, 2 `outbox-worker` processes draining a backlog of N confirmed intents (settled/s);
 4. end to end: an `api` process and 2 `outbox-worker` processes; p2p create + confirm sent open-loop
    at rising request rates for a few seconds each; API latency p50/p99 and settled intents/s.
+5. with `--ab REF`: the api of git ref REF (the baseline) against this tree's, interleaved in the same
+   run with the same 2 `outbox-worker` processes: closed loop (10 clients) and open loop at
+   `--ab-rate`, round after round in alternating order, with the load average of each round.
+   `--only-ab` skips phases 1-4.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -26,6 +32,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -296,56 +303,193 @@ async def one_rate(
     return rate, achieved, p50, p99, (intents - errors) / elapsed, errors
 
 
+def export_tree(ref: str, into: Path) -> str:
+    """The `src` of git ref `ref`, for an api process's PYTHONPATH. A ref whose dependencies do not
+    include httptools gets a stand-in that fails to import, so its uvicorn parses HTTP with h11 as it
+    did."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    path = str(into / "src")
+    pyproject = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{ref}:pyproject.toml"], check=True, capture_output=True, text=True
+    ).stdout
+    if "httptools" not in pyproject:
+        (into / "no_httptools" / "httptools").mkdir(parents=True)
+        (into / "no_httptools" / "httptools" / "__init__.py").write_text(
+            "raise ImportError('not in ' + __name__)\n"
+        )
+        path = f"{into / 'no_httptools'}{os.pathsep}{path}"
+    return path
+
+
+async def closed_loop(
+    s: Setup, client: SignedClient, clients: int, seconds: float
+) -> tuple[int, float, list[float]]:
+    """`clients` loops each sending create then confirm as fast as answered: requests answered, the
+    seconds taken and the sorted latencies (failed requests are counted but not timed)."""
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + seconds
+
+    async def loop(k: int) -> None:
+        i = k
+        while time.perf_counter() < stop_at:
+            payer, payee = s.pairs[i % len(s.pairs)]
+            i += clients
+            body = {"channel": "internal-p2p", "amount": 100, "currency": "THB",
+                    "payer_account_id": str(payer), "payee_account_id": str(payee)}  # fmt: skip
+            t0 = time.perf_counter()
+            created = await client.post("/intents", body)
+            latencies.append(time.perf_counter() - t0)
+            if created.status_code != 201:
+                raise RuntimeError(f"create answered {created.status_code}: {created.text}")
+            t1 = time.perf_counter()
+            confirmed = await client.post(f"/intents/{created.json()['id']}/confirm")
+            latencies.append(time.perf_counter() - t1)
+            if confirmed.status_code != 200:
+                raise RuntimeError(f"confirm answered {confirmed.status_code}: {confirmed.text}")
+
+    start = time.perf_counter()
+    await asyncio.gather(*(loop(k) for k in range(clients)))
+    return len(latencies), time.perf_counter() - start, sorted(latencies)
+
+
+def cpu_seconds(process: PaymanagerProcess) -> float:
+    times = psutil.Process(process.proc.pid).cpu_times()
+    return float(times.user + times.system)
+
+
+ROW = "   {:15s} {:5.1f}  {:9.2f}  {:8.0f}  {:6.1f}  {:6.1f} | {:8.0f}  {:6.1f}  {:6.1f}  {:9.0f}"
+
+
+async def ab_round(
+    s: Setup, port: int, api: PaymanagerProcess, seconds: float, rate: int
+) -> tuple[float, ...]:
+    """One variant's figures: load, api CPU ms per request and closed-loop req/s, p50, p99; then
+    open-loop achieved req/s, p50, p99 and settled intents/s."""
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{port}", timeout=30, limits=httpx.Limits(max_connections=200)
+    ) as http:
+        client = SignedClient(http, s.shop.id, s.shop_secret)
+        load = os.getloadavg()[0]
+        cpu = cpu_seconds(api)
+        answered, elapsed, latencies = await closed_loop(s, client, 10, seconds)
+        cpu_ms = (cpu_seconds(api) - cpu) * 1000 / answered
+        await drain(s.payments.pool, await count_intents(s), settled, timeout_s=120)
+        _, achieved, p50, p99, done, _ = await one_rate(s, client, rate, seconds, settle=True)
+    p99_closed = latencies[int(len(latencies) * 0.99) - 1] * 1000
+    closed = (answered / elapsed, statistics.median(latencies) * 1000, p99_closed)
+    return (load, cpu_ms, *closed, achieved, p50, p99, done)
+
+
+def start_api(url: str, pythonpath: str | None) -> tuple[int, PaymanagerProcess]:
+    port = free_port()
+    env = paymanager_env(url, WORKER_ROLES="api", PORT=str(port), HOST="127.0.0.1", LOG_LEVEL="warning",
+                         DB_POOL_MAX_SIZE="20")  # fmt: skip
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    return port, PaymanagerProcess(env)
+
+
+async def ab_test(s: Setup, url: str, ref: str, rounds: int, seconds: float, rate: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="pm-bench-ab-") as tmp:
+        apis = {f"A {ref}": start_api(url, export_tree(ref, Path(tmp))), "B this tree": start_api(url, None)}
+        procs = workers(url, 2)
+        figures: dict[str, list[tuple[float, ...]]] = {name: [] for name in apis}
+        try:
+            for port, process in apis.values():
+                await wait_http(port, process)
+            print(f"5. A/B of the api, api + 2 outbox-worker, {rounds} rounds of {seconds:.0f} s per figure:")
+            print("   variant          load  api CPU ms/req  closed: req/s  p50 ms  p99 ms |"
+                  f" open at {rate} req/s: achieved  p50 ms  p99 ms  settled/s")  # fmt: skip
+            for r in range(rounds):
+                for name in list(apis) if r % 2 == 0 else list(reversed(apis)):
+                    figures[name].append(await ab_round(s, *apis[name], seconds, rate))
+                    print(ROW.format(name, *figures[name][-1]))
+        finally:
+            stop([p for _, p in apis.values()] + procs)
+    medians = {
+        name: [statistics.median(col) for col in zip(*rows, strict=True)] for name, rows in figures.items()
+    }
+    print("   medians:")
+    for name, m in medians.items():
+        print(ROW.format(name, *m))
+    a, b = medians.values()
+    print(f"   B / A: api CPU per request {b[1] / a[1]:.2f}x, closed req/s {b[2] / a[2]:.2f}x, "
+          f"closed p50 {b[3] / a[3]:.2f}x, open p50 {b[6] / a[6]:.2f}x, "
+          f"open p99 {b[7] / a[7]:.2f}x")  # fmt: skip
+
+
+async def count_intents(s: Setup) -> int:
+    """p2p intents that are confirmed or settled: what the workers have to reach before the next figure."""
+    return int(
+        await s.payments.pool.fetchval(
+            "SELECT count(*) FROM intent"
+            " WHERE channel = 'internal-p2p' AND status IN ('confirmed', 'settled')"
+        )
+    )
+
+
+async def phases_1_to_4(s: Setup, url: str, n: int, rates: list[int], seconds_per_rate: float) -> None:
+    async def noop(ctx: JobContext) -> None:
+        async with ctx.transaction():
+            pass
+
+    baseline = await in_process(
+        s, n, noop, [NewJob(SETTLE_KIND, {"n": i}, queue=OUTBOX_QUEUE) for i in range(n)]
+    )
+    await backlog(s, n)
+    settled_rate = await in_process(s, n, settle_handler(s.payments), None)
+    print(f"1. engine baseline, 1 in-process worker, no-op fenced jobs:  {baseline:8.0f} jobs/s")
+    print(
+        f"2. settlement,      1 in-process worker, intent.settle:      {settled_rate:8.0f} intents/s"
+        f"  ({settled_rate / baseline:.2f} x baseline)"
+    )
+    await backlog(s, n)
+    before = await settled(s.payments.pool)
+    procs = workers(url, 2)
+    try:
+        # Timed from the first settlement, so process start-up and the reconciler are left out.
+        await drain(s.payments.pool, before + 1, settled)
+        first = await settled(s.payments.pool)
+        seconds = await drain(s.payments.pool, before + n, settled)
+    finally:
+        stop(procs)
+    rate = (before + n - first) / seconds
+    print(
+        f"3. settlement, 2 outbox-worker processes, backlog of {n}:    {rate:8.0f} intents/s"
+        f"  ({rate / baseline:.2f} x baseline)"
+    )
+    for n_workers, title in ((2, "api + 2 outbox-worker processes"), (0, "api alone, nothing settles")):
+        print(f"4. end to end ({title}), p2p create + confirm:")
+        print("   target req/s  achieved req/s  p50 ms  p99 ms  settled intents/s  failed intents")
+        for rate, achieved, p50, p99, done, failed in await end_to_end(
+            s, url, rates, seconds_per_rate, n_workers
+        ):
+            shown = f"{done:17.0f}" if n_workers else f"{'-':>17}"
+            print(f"   {rate:13d}  {achieved:14.0f}  {p50:6.1f}  {p99:6.1f}  {shown}  {failed:14d}")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=5_000, help="Jobs / intents per drain phase.")
     parser.add_argument("--rates", default="100,200,300,400", help="Request rates of the end-to-end phase.")
     parser.add_argument("--seconds", type=float, default=5.0, help="Seconds per rate.")
+    parser.add_argument("--ab", metavar="REF", help="Also compare the api of git ref REF with this tree's.")
+    parser.add_argument("--ab-rounds", type=int, default=4, help="Rounds of the A/B, each variant once.")
+    parser.add_argument("--ab-rate", type=int, default=300, help="Open-loop request rate of the A/B.")
+    parser.add_argument("--only-ab", action="store_true", help="Run the A/B alone (needs --ab).")
     args = parser.parse_args()
+    if args.only_ab and not args.ab:
+        parser.error("--only-ab needs --ab REF")
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores, shared)")
     url = await make_database()
     try:
         s = await setup(url)
-        n = args.count
-
-        async def noop(ctx: JobContext) -> None:
-            async with ctx.transaction():
-                pass
-
-        baseline = await in_process(
-            s, n, noop, [NewJob(SETTLE_KIND, {"n": i}, queue=OUTBOX_QUEUE) for i in range(n)]
-        )
-        await backlog(s, n)
-        settled_rate = await in_process(s, n, settle_handler(s.payments), None)
-        print(f"1. engine baseline, 1 in-process worker, no-op fenced jobs:  {baseline:8.0f} jobs/s")
-        print(
-            f"2. settlement,      1 in-process worker, intent.settle:      {settled_rate:8.0f} intents/s"
-            f"  ({settled_rate / baseline:.2f} x baseline)"
-        )
-        await backlog(s, n)
-        before = await settled(s.payments.pool)
-        procs = workers(url, 2)
-        try:
-            # Timed from the first settlement, so process start-up and the reconciler are left out.
-            await drain(s.payments.pool, before + 1, settled)
-            first = await settled(s.payments.pool)
-            seconds = await drain(s.payments.pool, before + n, settled)
-        finally:
-            stop(procs)
-        rate = (before + n - first) / seconds
-        print(
-            f"3. settlement, 2 outbox-worker processes, backlog of {n}:    {rate:8.0f} intents/s"
-            f"  ({rate / baseline:.2f} x baseline)"
-        )
-        rates = [int(r) for r in args.rates.split(",")]
-        for n_workers, title in ((2, "api + 2 outbox-worker processes"), (0, "api alone, nothing settles")):
-            print(f"4. end to end ({title}), p2p create + confirm:")
-            print("   target req/s  achieved req/s  p50 ms  p99 ms  settled intents/s  failed intents")
-            for rate, achieved, p50, p99, done, failed in await end_to_end(
-                s, url, rates, args.seconds, n_workers
-            ):
-                shown = f"{done:17.0f}" if n_workers else f"{'-':>17}"
-                print(f"   {rate:13d}  {achieved:14.0f}  {p50:6.1f}  {p99:6.1f}  {shown}  {failed:14d}")
+        if not args.only_ab:
+            rates = [int(r) for r in args.rates.split(",")]
+            await phases_1_to_4(s, url, args.count, rates, args.seconds)
+        if args.ab:
+            await ab_test(s, url, args.ab, args.ab_rounds, args.seconds, args.ab_rate)
         await s.payments.pool.close()
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
     finally:
