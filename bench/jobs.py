@@ -54,6 +54,7 @@ QUEUE = "bench"
 # Worker processes inherit these through the environment (the A/B knobs of a tuning session).
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "100"))
 PIPELINE = int(os.environ.get("BENCH_PIPELINE", "2"))
+NOTIFY_COMPLETED = os.environ.get("BENCH_NOTIFY_COMPLETED", "1") == "1"
 PGQ_BATCH = 100
 LATENCY_JOBS = 200
 LATENCY_GAP_S = 0.020
@@ -260,7 +261,11 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
     registry.register("latency", latency, queue=QUEUE)
     pool = await create_pool(dsn, min_size=4, max_size=4)
     options = WorkerOptions(
-        owner=f"bench-{os.getpid()}", lease_ms=30_000, heartbeat_interval_ms=10_000, claim_pipeline=PIPELINE
+        owner=f"bench-{os.getpid()}",
+        lease_ms=30_000,
+        heartbeat_interval_ms=10_000,
+        claim_pipeline=PIPELINE,
+        notify_completed_events=NOTIFY_COMPLETED,
     )
     worker = Worker(pool, dsn, registry, {QUEUE: CONCURRENCY}, options)
     print("ready", flush=True)
