@@ -259,7 +259,7 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
 
     registry.register("noop", noop, queue=QUEUE)
     registry.register("latency", latency, queue=QUEUE)
-    pool = await create_pool(dsn, min_size=4, max_size=4)
+    pool = await create_pool(dsn, min_size=2, max_size=PIPELINE + 3)
     options = WorkerOptions(
         owner=f"bench-{os.getpid()}",
         lease_ms=30_000,
