@@ -161,6 +161,25 @@ def main() -> None:
         asyncio.run(compare(args))
 
 
+async def pool_resets(dsn: str, calls: int) -> None:
+    """asyncpg's default reset on release against ours (db/pool.py: only a ROLLBACK when needed)."""
+    from paymanager.db.pool import reset_connection
+
+    best: dict[str, float] = {}
+    for label, reset in [("default reset", None), ("paymanager reset", reset_connection)] * 2:
+        pool = await asyncpg.create_pool(dsn, min_size=2, max_size=2, reset=reset)
+        started = time.perf_counter()
+        for i in range(calls):
+            await pool.fetchval("SELECT $1::int", i)
+        best[label] = max(best.get(label, 0.0), calls / (time.perf_counter() - started))
+        await pool.close()
+    ratio = best["paymanager reset"] / best["default reset"]
+    print(
+        f"pooled call, asyncpg default reset: {best['default reset']:,.0f}/s; "
+        f"paymanager reset: {best['paymanager reset']:,.0f}/s ({ratio:.2f}x)"
+    )
+
+
 async def compare(args: argparse.Namespace) -> None:
     setup = await asyncpg.connect(args.dsn)
     await setup.execute(SETUP)
@@ -175,6 +194,7 @@ async def compare(args: argparse.Namespace) -> None:
         cleanup = await asyncpg.connect(args.dsn)
         await cleanup.execute("DROP TABLE IF EXISTS bench_driver")
         await cleanup.close()
+    await pool_resets(args.dsn, args.calls)
     print(f"{'workload':34} {'asyncpg':>12} {'psycopg 3':>12} {'ratio':>7}")
     for key in first:
         a = max(first[key], third[key])

@@ -51,7 +51,10 @@ from paymanager.jobs.options import MaintenanceOptions
 
 SERVER = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 QUEUE = "bench"
-CONCURRENCY = 100
+# Worker processes inherit these through the environment (the A/B knobs of a tuning session).
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "100"))
+PIPELINE = int(os.environ.get("BENCH_PIPELINE", "2"))
+NOTIFY_COMPLETED = os.environ.get("BENCH_NOTIFY_COMPLETED", "1") == "1"
 PGQ_BATCH = 100
 LATENCY_JOBS = 200
 LATENCY_GAP_S = 0.020
@@ -256,8 +259,14 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
 
     registry.register("noop", noop, queue=QUEUE)
     registry.register("latency", latency, queue=QUEUE)
-    pool = await create_pool(dsn, min_size=4, max_size=4)
-    options = WorkerOptions(owner=f"bench-{os.getpid()}", lease_ms=30_000, heartbeat_interval_ms=10_000)
+    pool = await create_pool(dsn, min_size=2, max_size=PIPELINE + 3)
+    options = WorkerOptions(
+        owner=f"bench-{os.getpid()}",
+        lease_ms=30_000,
+        heartbeat_interval_ms=10_000,
+        claim_pipeline=PIPELINE,
+        notify_completed_events=NOTIFY_COMPLETED,
+    )
     worker = Worker(pool, dsn, registry, {QUEUE: CONCURRENCY}, options)
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
@@ -310,6 +319,16 @@ async def pgq_worker(dsn: str, mode: str) -> dict[str, Any]:
     return {"latencies_ms": latencies}
 
 
+def peak_rss_kib() -> int:
+    """VmHWM of this process. (getrusage's ru_maxrss survives exec on Linux, so a worker started by
+    a big parent would report the parent's peak.)"""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def worker_main(engine: str, dsn: str, mode: str) -> None:
     from paymanager.logging import configure_logging
 
@@ -317,7 +336,7 @@ def worker_main(engine: str, dsn: str, mode: str) -> None:
     configure_logging("warning", "json")
     runner = ours_worker if engine == "ours" else pgq_worker
     result = asyncio.run(runner(dsn, mode))
-    result["rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result["rss_kib"] = peak_rss_kib()
     print(json.dumps(result), flush=True)
 
 

@@ -27,6 +27,9 @@ def paymanager_env(database_url: str, **extra: str) -> dict[str, str]:
         LOG_FORMAT="json",
         PROCESS_HEARTBEAT_INTERVAL_MS="200",
         PROCESS_HEARTBEAT_STALE_MS="2000",
+        # Small pools: a CI run starts many processes at once on one server (max_connections 100).
+        DB_POOL_MIN_SIZE="1",
+        DB_POOL_MAX_SIZE="6",
     )
     env.update(extra)
     return env

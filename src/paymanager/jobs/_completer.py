@@ -61,6 +61,7 @@ class Completer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._background: set[asyncio.Task[None]] = set()
+        self._flushing = asyncio.Lock()
 
     @property
     def pending(self) -> int:
@@ -106,6 +107,11 @@ class Completer:
         await self._conn.close()
 
     async def flush(self) -> None:
+        # `run` and `drain` (at shutdown) may both flush; they share one connection, so one at a time.
+        async with self._flushing:
+            await self._flush()
+
+    async def _flush(self) -> None:
         completions = self.take_completions()
         failures = self._failures[: self._batch_max]
         del self._failures[: len(failures)]

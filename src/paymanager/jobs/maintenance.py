@@ -128,7 +128,12 @@ class Maintenance:
             for name, interval_ms, duty in duties:
                 if time.monotonic() >= self._next_run.get(name, 0.0):
                     self._next_run[name] = time.monotonic() + interval_ms / 1000
-                    await duty()
+                    try:
+                        await duty()
+                    except DB_ERRORS as exc:
+                        # One failing duty (a VACUUM cut by statement_timeout, say) must not stop
+                        # the others; losing the lock connection is caught by the ping above.
+                        log.warning("job maintenance duty failed", duty=name, error=str(exc))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=tick_s)
 

@@ -73,6 +73,14 @@ class Worker:
         self._pool = pool
         self._registry = registry
         self._options = options or WorkerOptions()
+        # The claim pipeline and the completer each pin a pooled connection for the worker's life;
+        # heartbeats, progress and handlers' transactions need at least one more.
+        pinned = self._options.claim_pipeline + 1
+        if pool.get_max_size() < pinned + 1:
+            raise ValueError(
+                f"the pool's max_size ({pool.get_max_size()}) must be at least {pinned + 1}: the worker pins "
+                f"{pinned} connections (claim_pipeline={self._options.claim_pipeline}, and the completer)"
+            )
         self._limits = dict(queues)
         self._free = dict(queues)
         self._maybe_work = dict.fromkeys(queues, True)
@@ -212,14 +220,15 @@ class Worker:
 
     def _should_claim(self) -> bool:
         """A claim is worth a round trip when a queue with work has free slots: any number when no
-        claim is in flight (latency), half its concurrency otherwise (batch size)."""
+        claim is in flight (latency), a full share (concurrency / pipeline) otherwise (batch size)."""
         if self._completer.pending > PENDING_OUTCOMES_MAX:
             return False
         in_flight = len(self._claims)
+        pipeline = self._options.claim_pipeline
         return any(
             self._free[q] > 0
             and self._maybe_work[q]
-            and (in_flight == 0 or self._free[q] * 2 >= self._limits[q])
+            and (in_flight == 0 or self._free[q] * pipeline >= self._limits[q])
             for q in self._limits
         )
 
@@ -228,8 +237,11 @@ class Worker:
         queues: list[str] = []
         wanted: list[int] = []
         budget = self._options.claim_batch_max
+        pipeline = self._options.claim_pipeline
         for queue in self._limits:
-            n = min(self._free[queue], budget)
+            # A share of the queue's slots per claim, so the next claim can be in flight meanwhile.
+            share = -(-self._limits[queue] // pipeline)
+            n = min(self._free[queue], share, budget)
             if n > 0 and self._maybe_work[queue]:
                 queues.append(queue)
                 wanted.append(n)

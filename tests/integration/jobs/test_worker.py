@@ -265,3 +265,17 @@ async def test_pending_worker_options_are_validated() -> None:
     with pytest.raises(ValueError, match="at most half"):
         WorkerOptions(lease_ms=1_000, heartbeat_interval_ms=600)
     assert FAST.lease_ms == 2_000
+
+
+async def test_worker_refuses_a_pool_too_small_for_its_pinned_connections(database_url: str) -> None:
+    import pytest
+
+    from paymanager.db.pool import create_pool
+    from paymanager.jobs import Worker
+
+    small = await create_pool(database_url, min_size=1, max_size=3)
+    try:
+        with pytest.raises(ValueError, match="must be at least 4"):
+            Worker(small, database_url, Registry(), {"default": 1}, WorkerOptions(claim_pipeline=2))
+    finally:
+        await small.close()
