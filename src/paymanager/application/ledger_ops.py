@@ -138,12 +138,8 @@ async def hold(ledger: Any, conn: Conn, intent: Any, hold_id: uuid.UUID, timeout
 
 
 async def resolve(ledger: Any, conn: Conn, intent: Any, *, post: bool) -> bool:
-    """Post (`post=True`) or void the intent's holds; returns whether they ended posted. Idempotent.
-
-    The answer may differ from `post`: a post finds the holds voided or expired (the funds were
-    released, so the intent must fail), or a void finds them posted already. The latter happens when
-    the ledger is not PostgreSQL (TigerBeetle): an earlier settlement posted and then its transaction
-    rolled back (a lost lease, a crash), so the ledger moved money the intent does not record yet."""
+    """Post (`post=True`) or void the intent's holds. Returns False when a post found them voided or
+    expired (the funds are released, so the intent must fail); True otherwise. Idempotent."""
     hold_id = intent["hold_id"]
     legs = _legs(intent)
     action = "post" if post else "void"
@@ -162,14 +158,13 @@ async def resolve(ledger: Any, conn: Conn, intent: Any, *, post: bool) -> bool:
     ]
     results = await ledger.create_transfers(transfers, conn=conn)
     done = _POSTED if post else _VOIDED
-    # What the other outcome looks like: the holds ended the other way before this call.
-    other = _VOIDED if post else _POSTED
-    outcome = post
+    released = _VOIDED if post else set()
+    outcome = True
     for result in results:
         if result.ok or result.result in done or result.result is CreateTransferResult.linked_event_failed:
             continue
-        if result.result in other:
-            outcome = not post
+        if result.result in released:
+            outcome = False
             continue
         raise LedgerRefusedError(
             f"the ledger refused to {action} intent {intent['id']}: {result.result.name}"

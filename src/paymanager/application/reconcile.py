@@ -81,12 +81,8 @@ async def _fail_past_deadline(payments: Payments, intent_id: uuid.UUID, report: 
             payments, conn, row, IntentStatus.FAILED, settled_by=f"reconciler:{payments.process_id}",
             reason=DEADLINE_PASSED,
         )  # fmt: skip
-    if updated["status"] == IntentStatus.FAILED:
-        report.failed += 1
-        log.warning("failed an intent past its settlement deadline", intent_id=str(intent_id))
-    else:
-        # The ledger had posted its holds already (see settle_intent.finish): recorded as settled.
-        log.warning("recorded the settlement the ledger had made already", intent_id=str(intent_id))
+    report.failed += 1
+    log.warning("failed an intent past its settlement deadline", intent_id=str(intent_id))
     await publish(payments, events.event_payload(updated))
 
 

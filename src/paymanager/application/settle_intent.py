@@ -15,7 +15,6 @@ from paymanager.application import events, ledger_ops
 from paymanager.application.context import Payments
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
-from paymanager.domain.errors import InvalidTransitionError
 from paymanager.domain.intents import IntentStatus, SettlementOutcome, transition
 from paymanager.jobs import JobContext, PermanentError
 from paymanager.logging import get_logger
@@ -25,7 +24,6 @@ log = get_logger("paymanager.settlement")
 
 DEADLINE_PASSED = "settlement deadline passed"
 EXPIRED = "the invoice expired before it was confirmed"
-LEDGER_EXPIRED = "the ledger expired the hold before settlement"
 
 
 async def finish(
@@ -43,7 +41,9 @@ async def finish(
     now = payments.clock()
     if row["status"] == IntentStatus.CONFIRMED:
         posted = await ledger_ops.resolve(payments.ledger, conn, row, post=target is IntentStatus.SETTLED)
-        target, reason = _as_the_ledger_ended(row, target, reason, posted=posted)
+        if target is IntentStatus.SETTLED and not posted:
+            # The ledger expired the holds first: the money never moved, so the intent failed.
+            target, reason = IntentStatus.FAILED, "the ledger expired the hold before settlement"
         outcome = SettlementOutcome.POSTED if target is IntentStatus.SETTLED else SettlementOutcome.VOIDED
         updated = await conn.fetchrow(
             Q["intent_finish_settled"], row["id"], target.value, row["status"], now, reason, outcome.value,
@@ -54,27 +54,6 @@ async def finish(
     assert updated is not None, "the row lock guarantees the status did not change"
     await events.notify(conn, events.event_payload(updated))
     return updated
-
-
-def _as_the_ledger_ended(
-    row: Any, target: IntentStatus, reason: str | None, *, posted: bool
-) -> tuple[IntentStatus, str | None]:
-    """The status that matches what the ledger did with the holds, whatever was asked."""
-    if target is IntentStatus.SETTLED and not posted:
-        # The ledger expired the holds first: the money never moved, so the intent failed.
-        return IntentStatus.FAILED, LEDGER_EXPIRED
-    if target is not IntentStatus.SETTLED and posted:
-        # A settlement posted the holds but its transaction did not commit (possible only with a
-        # ledger outside PostgreSQL). The money moved: a deadline failure records the settlement,
-        # and a cancel is refused (the caller's transaction then rolls this back; the settlement
-        # job records it).
-        if target is IntentStatus.CANCELLED:
-            raise InvalidTransitionError(
-                "the ledger settled this intent already; it can no longer be cancelled",
-                {"from": row["status"], "to": target.value, "allowed": []},
-            )
-        return IntentStatus.SETTLED, None
-    return target, reason
 
 
 async def settle(payments: Payments, conn: Conn, intent_id: uuid.UUID, *, settled_by: str) -> Any | None:
