@@ -21,6 +21,7 @@ from paymanager.domain.intents import IntentStatus
 from paymanager.logging import get_logger
 
 Q = load_queries("paymanager.application", "intents.sql")
+QR = load_queries("paymanager.application", "reconcile.sql")
 log = get_logger("paymanager.reconciler")
 
 _START = (datetime(1970, 1, 1, tzinfo=UTC), uuid.UUID(int=0))
@@ -57,12 +58,18 @@ async def reconcile(payments: Payments, *, batch_size: int, max_intents: int) ->
 
 
 async def _enqueue_missing(payments: Payments, intent_ids: list[uuid.UUID], report: ReconcileReport) -> None:
-    """One transaction per batch: an enqueue under a live job's unique key changes nothing."""
+    """One transaction per batch: an enqueue under a live job's unique key changes nothing.
+
+    The intents were read without locks, so a settlement may have ended one since, completing its
+    job and freeing the unique key: the batch is locked and re-read first, and only intents still
+    confirmed get a job (an ended intent with a new job would be a false alarm, and a useless job).
+    """
     if not intent_ids:
         return
     created: list[uuid.UUID] = []
     async with payments.pool.acquire() as conn, conn.transaction():
-        for intent_id in intent_ids:
+        locked = await conn.fetch(QR["intent_confirmed_lock_many"], intent_ids)
+        for intent_id in (row["id"] for row in locked):
             if await enqueue_settlement(payments, conn, intent_id):
                 created.append(intent_id)
     report.reenqueued += len(created)

@@ -294,28 +294,42 @@ SELECT id, queue, kind, state, priority, attempt, max_attempts, run_at, created_
 
 -- name: job_retry
 -- Makes one job available now: a dead, cancelled, retryable or scheduled one. A dead or cancelled
--- job starts over with fresh attempts; its error history is kept.
+-- job starts over with fresh attempts; its error history is kept. A finished job whose unique key
+-- an unfinished job holds now (enqueued again since it died) is left as it is: its work is queued.
 UPDATE job
    SET state = 'available', run_at = now(), finalized_at = NULL, cancel_requested = false,
        attempt = CASE WHEN state IN ('dead', 'cancelled') THEN 0 ELSE attempt END,
        stalled_count = CASE WHEN state IN ('dead', 'cancelled') THEN 0 ELSE stalled_count END
  WHERE id = $1 AND state IN ('dead', 'cancelled', 'retryable', 'scheduled')
+   AND (unique_key IS NULL OR state IN ('retryable', 'scheduled') OR NOT EXISTS (
+        SELECT 1 FROM job AS live
+         WHERE live.unique_key = job.unique_key AND live.state NOT IN ('completed', 'dead', 'cancelled')))
 RETURNING id, queue, pg_notify('pm_job_available', queue)
 
 -- name: job_replay_dead
 -- Replays up to $6 dead jobs matching every non-NULL filter: kind, queue, an error substring, a
--- window on finalized_at.
-WITH chosen AS (
-    SELECT id FROM job
+-- window on finalized_at. Of dead jobs sharing a unique key only the newest comes back, and none
+-- whose key an unfinished job holds now (enqueued again since it died): two live jobs cannot share
+-- a key, and one such job must not make the whole replay fail.
+WITH candidate AS (
+    SELECT id, unique_key FROM job
      WHERE state = 'dead'
        AND ($1::text IS NULL OR kind = $1)
        AND ($2::text IS NULL OR queue = $2)
        AND ($3::text IS NULL OR strpos(coalesce(last_error ->> 'error', ''), $3) > 0)
        AND ($4::timestamptz IS NULL OR finalized_at >= $4)
        AND ($5::timestamptz IS NULL OR finalized_at < $5)
+       AND (unique_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM job AS live
+             WHERE live.unique_key = job.unique_key
+               AND live.state NOT IN ('completed', 'dead', 'cancelled')))
      ORDER BY id
      LIMIT $6
        FOR UPDATE SKIP LOCKED
+), chosen AS (
+    SELECT DISTINCT ON (coalesce(unique_key, id::text)) id
+      FROM candidate
+     ORDER BY coalesce(unique_key, id::text), id DESC
 ), replayed AS (
     UPDATE job
        SET state = 'available', run_at = now(), finalized_at = NULL, attempt = 0, stalled_count = 0,

@@ -184,11 +184,21 @@ class PostgresLedger:
         return await request.results
 
     def _start_batches(self) -> None:
-        """Start a batch for the waiting requests while fewer than the limit are in flight."""
+        """Start a batch for the waiting requests while fewer than the limit are in flight.
+
+        A request whose caller gave up (cancelled) before its batch started is dropped: it must not
+        move money behind the back of a caller that was told it failed.
+        """
         while self._waiting and self._batches_in_flight < self._batches_in_flight_max:
+            _drop_abandoned(self._waiting)
+            if not self._waiting:
+                return
             group = [self._waiting.popleft()]
             size = len(group[0].transfers)
             while self._waiting and size + len(self._waiting[0].transfers) <= BATCH_MAX:
+                if self._waiting[0].results.done():
+                    self._waiting.popleft()
+                    continue
                 size += len(self._waiting[0].transfers)
                 group.append(self._waiting.popleft())
             self._batches_in_flight += 1
@@ -429,6 +439,11 @@ class PostgresLedger:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._owns_pool:
             await self._pool.close()
+
+
+def _drop_abandoned(waiting: deque[_Request]) -> None:
+    while waiting and waiting[0].results.done():
+        waiting.popleft()
 
 
 def _check_batch(size: int) -> None:

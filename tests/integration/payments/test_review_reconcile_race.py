@@ -1,0 +1,51 @@
+"""Review finding: the reconciler racing a settlement that is committing re-enqueues a settled intent."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from paymanager.application.confirm_intent import SETTLE_KIND
+from paymanager.application.reconcile import reconcile
+from paymanager.application.settle_intent import settle
+from tests.integration.payments.conftest import Api
+from tests.integration.payments.test_reconcile_and_worker import _confirmed_p2p, _jobs
+
+WAIT_STEPS_MAX = 500
+
+
+async def _wait_for_a_blocked_backend(api: Api) -> None:
+    for _ in range(WAIT_STEPS_MAX):
+        waiting = await api.payments.pool.fetchval(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE NOT l.granted AND a.datname = current_database()"
+        )
+        if waiting:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the reconciler never waited for the settling transaction")
+
+
+async def test_the_reconciler_does_not_re_enqueue_an_intent_settled_while_it_ran(api: Api) -> None:
+    # The settlement job's transaction (settle, then the job's completion) is open when the
+    # reconciler reads the intent as confirmed; it commits while the reconciler enqueues. The intent
+    # had a live job all along: no new job, no "no live job" alarm.
+    intent_id, _, _ = await _confirmed_p2p(api)
+    async with api.payments.pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        updated = await settle(api.payments, conn, uuid.UUID(intent_id), settled_by="test")
+        assert updated is not None
+        await conn.execute(
+            "UPDATE job SET state = 'completed', finalized_at = now()"
+            " WHERE kind = $1 AND payload->>'intent_id' = $2",
+            SETTLE_KIND,
+            intent_id,
+        )
+        running = asyncio.create_task(reconcile(api.payments, batch_size=10, max_intents=100))
+        await _wait_for_a_blocked_backend(api)
+        await tx.commit()
+    report = await running
+    assert (await api.client.get(f"/intents/{intent_id}")).json()["status"] == "settled"
+    assert report.reenqueued == 0
+    assert await _jobs(api, intent_id) == 1
