@@ -53,13 +53,11 @@ async def test_a_caller_cancelled_while_its_request_waits_for_a_batch_moves_no_m
     assert (await ledger.verify()).ok
 
 
-@pytest.mark.xfail(strict=True, reason="review finding, not fixed: see the test's comment")
 async def test_one_id_is_never_both_burned_by_a_transient_failure_and_created(pool: asyncpg.Pool) -> None:
     # Two batches use one new id with disjoint accounts, so no account lock orders them: one fails
-    # transiently (exceeds_credits burns the id in ledger_transfer_failed), the other creates it, and
-    # both commit, as the two tables share no unique index. TigerBeetle applies one first: the other
-    # answers id_already_failed or exists_with_different_*. Fixing it needs the burned ids and the
-    # transfer ids in one unique key space (a migration of the ledger's range).
+    # transiently (exceeds_credits burns the id in ledger_transfer_failed), the other creates it.
+    # Before migration 0201 both committed; TigerBeetle applies one first and the other answers
+    # id_already_failed or exists_with_different_*, and now so do we (a transaction lock per new id).
     ledger = PostgresLedger(pool, coalesce=False)
     limited = Account(1, ledger=1, code=1, flags=AccountFlags.DEBITS_MUST_NOT_EXCEED_CREDITS)
     assert all(r.ok for r in await ledger.create_accounts([limited]))
