@@ -18,6 +18,12 @@ HISTORY_LIMIT_MAX = 8189
 """At most this many transfers per history page (TigerBeetle's query limit)."""
 
 
+def check_history_limit(limit: int) -> None:
+    """The page size every adapter accepts for an account's history."""
+    if not 0 < limit <= HISTORY_LIMIT_MAX:
+        raise ValueError(f"limit must be within 1..{HISTORY_LIMIT_MAX}, got {limit}")
+
+
 class Ledger(Protocol):
     """A two-phase double-entry ledger with TigerBeetle's semantics.
 

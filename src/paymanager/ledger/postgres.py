@@ -25,7 +25,7 @@ import asyncpg
 from paymanager.db.pool import Conn, Pool, create_pool
 from paymanager.db.sql import load_queries
 from paymanager.ledger._batch import PENDING, BatchState, PendingState
-from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
+from paymanager.ledger.port import Ledger, check_history_limit
 from paymanager.ledger.types import (
     BATCH_MAX,
     U128_MAX,
@@ -364,8 +364,7 @@ class PostgresLedger:
         limit: int = 100,
         reversed: bool = False,
     ) -> list[Transfer]:
-        if not 0 < limit <= HISTORY_LIMIT_MAX:
-            raise ValueError(f"limit must be within 1..{HISTORY_LIMIT_MAX}, got {limit}")
+        check_history_limit(limit)
         if not 0 < account_id < U128_MAX:
             return []
         name = "account_transfers_page_reversed" if reversed else "account_transfers_page"
@@ -383,8 +382,7 @@ class PostgresLedger:
 
     async def list_accounts(self, *, after: int = 0, limit: int = 100, ledger: int = 0) -> list[Account]:
         """Accounts in id order after `after` (keyset pagination), for the CLI and operators."""
-        if not 0 < limit <= HISTORY_LIMIT_MAX:
-            raise ValueError(f"limit must be within 1..{HISTORY_LIMIT_MAX}, got {limit}")
+        check_history_limit(limit)
         rows = await self._pool.fetch(Q["account_list"], _uuid(after), limit, ledger)
         return [_account_from_row(r) for r in rows]
 

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
+from paymanager.ledger.port import Ledger, check_history_limit
 from paymanager.ledger.types import (
     BATCH_MAX,
     Account,
@@ -161,8 +161,7 @@ class TigerBeetleLedger:
         limit: int = 100,
         reversed: bool = False,
     ) -> list[Transfer]:
-        if not 0 < limit <= HISTORY_LIMIT_MAX:
-            raise ValueError(f"limit must be within 1..{HISTORY_LIMIT_MAX}, got {limit}")
+        check_history_limit(limit)
         flags = self._tb.AccountFilterFlags.DEBITS | self._tb.AccountFilterFlags.CREDITS
         if reversed:
             flags |= self._tb.AccountFilterFlags.REVERSED
