@@ -37,6 +37,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.http_load import intents_open_loop  # noqa: E402
 from tests.integration.payments.signed_client import SignedClient  # noqa: E402
 from tests.support.processes import PaymanagerProcess, free_port, paymanager_env  # noqa: E402
 
@@ -59,6 +60,7 @@ PAIRS = 200
 FUNDING = 10**12
 CONCURRENCY = 50
 BATCH = 100
+LOADGEN = "raw"  # --loadgen: "raw" (bench/http_load.py, own process) or "httpx" (in this process)
 
 
 def with_db(url: str, name: str) -> str:
@@ -228,7 +230,7 @@ async def end_to_end(
         ) as http:
             client = SignedClient(http, s.shop.id, s.shop_secret)
             for rate in rates:
-                results.append(await one_rate(s, client, rate, seconds, settle=bool(n_workers)))
+                results.append(await one_rate(s, client, rate, seconds, settle=bool(n_workers), port=port))
     finally:
         stop([api, *procs])
     return results
@@ -249,10 +251,23 @@ async def wait_http(port: int, process: PaymanagerProcess) -> None:
 
 
 async def one_rate(
-    s: Setup, client: SignedClient, rate: int, seconds: float, *, settle: bool
+    s: Setup, client: SignedClient, rate: int, seconds: float, *, settle: bool, port: int | None = None
 ) -> tuple[int, float, float, float, float, int]:
-    """Open loop: an intent (create then confirm, two requests) starts every 2/rate seconds."""
+    """Open loop: an intent (create then confirm, two requests) starts every 2/rate seconds.
+
+    With `port` and `--loadgen raw` (the default) the requests come from bench/http_load.py in a
+    process of its own; else from `client` (httpx) in this process."""
     pool = s.payments.pool
+    if port is not None and LOADGEN == "raw":
+        before = await settled(pool)
+        pairs = [(str(payer), str(payee)) for payer, payee in s.pairs]
+        start = time.perf_counter()
+        r = await intents_open_loop(port, s.shop.id, s.shop_secret, pairs, rate, seconds)
+        if settle:
+            await drain(pool, before + r.intents, settled, timeout_s=120)
+        elapsed = time.perf_counter() - start
+        print(f"   (load generator: {r.generator_cpu_ms:.2f} ms CPU per request, in its own process)")
+        return rate, r.achieved, r.p50_ms, r.p99_ms, r.intents / elapsed, r.errors
     latencies: list[float] = []
     errors = 0
     before = await settled(pool)
@@ -375,7 +390,7 @@ async def ab_round(
         answered, elapsed, latencies = await closed_loop(s, client, 10, seconds)
         cpu_ms = (cpu_seconds(api) - cpu) * 1000 / answered
         await drain(s.payments.pool, await count_intents(s), settled, timeout_s=120)
-        _, achieved, p50, p99, done, _ = await one_rate(s, client, rate, seconds, settle=True)
+        _, achieved, p50, p99, done, _ = await one_rate(s, client, rate, seconds, settle=True, port=port)
     p99_closed = latencies[int(len(latencies) * 0.99) - 1] * 1000
     closed = (answered / elapsed, statistics.median(latencies) * 1000, p99_closed)
     return (load, cpu_ms, *closed, achieved, p50, p99, done)
@@ -478,7 +493,11 @@ async def main() -> None:
     parser.add_argument("--ab-rounds", type=int, default=4, help="Rounds of the A/B, each variant once.")
     parser.add_argument("--ab-rate", type=int, default=300, help="Open-loop request rate of the A/B.")
     parser.add_argument("--only-ab", action="store_true", help="Run the A/B alone (needs --ab).")
+    parser.add_argument("--loadgen", choices=("raw", "httpx"), default="raw",
+                        help="Open-loop load generator: bench/http_load.py or httpx.")  # fmt: skip
     args = parser.parse_args()
+    global LOADGEN
+    LOADGEN = args.loadgen
     if args.only_ab and not args.ab:
         parser.error("--only-ab needs --ab REF")
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores, shared)")
