@@ -438,7 +438,7 @@ async def phases_1_to_4(s: Setup, url: str, n: int, rates: list[int], seconds_pe
         s, n, noop, [NewJob(SETTLE_KIND, {"n": i}, queue=OUTBOX_QUEUE) for i in range(n)]
     )
     await backlog(s, n)
-    settled_rate = await in_process(s, n, settle_handler(s.payments), None)
+    settled_rate = await in_process(s, n, settle_handler(s.payments, batch_max=BATCH), None)
     print(f"1. engine baseline, 1 in-process worker, no-op fenced jobs:  {baseline:8.0f} jobs/s")
     print(
         f"2. settlement,      1 in-process worker, intent.settle:      {settled_rate:8.0f} intents/s"

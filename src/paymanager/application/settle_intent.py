@@ -9,6 +9,7 @@ schema's guarantee of once.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from paymanager.application import events, ledger_ops
@@ -17,6 +18,7 @@ from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
 from paymanager.domain.intents import IntentStatus, SettlementOutcome, transition
 from paymanager.jobs import JobContext, PermanentError
+from paymanager.jobs.batch import SharedTransactions
 from paymanager.logging import get_logger
 
 Q = load_queries("paymanager.application", "intents.sql")
@@ -70,17 +72,117 @@ async def settle(payments: Payments, conn: Conn, intent_id: uuid.UUID, *, settle
     return await finish(payments, conn, row, IntentStatus.SETTLED, settled_by=settled_by)
 
 
-def settle_handler(payments: Payments) -> Any:
-    """The `intent.settle` job: settle inside the job's fenced completion, then publish to Redis."""
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What the group settlement will do to one locked, confirmed intent."""
+
+    row: Any
+    target: IntentStatus
+    reason: str | None
+
+
+async def settle_many(
+    payments: Payments, conn: Conn, intent_ids: list[uuid.UUID], *, settled_by: str
+) -> list[dict[str, Any] | Exception | None]:
+    """`settle` for a group of intents in the caller's transaction, in a few statements whatever its
+    size; per id (in the order given): the event of the intent's change, None when there was nothing
+    to do, or the exception that intent alone met (nothing of it was written).
+
+    Per-intent failures are found before anything is written for that intent: a missing intent, or
+    a ledger refusal, which the ledger reports per intent (each intent's legs are one linked chain,
+    applied or refused as a whole), so no savepoint is needed. Semantics are `settle`'s: a deadline
+    passed voids and fails, a hold the ledger already expired fails."""
+    rows = {row["id"]: row for row in await conn.fetch(Q["intent_lock_many"], sorted(set(intent_ids)))}
+    now = payments.clock()
+    outcomes: list[dict[str, Any] | Exception | None] = []
+    plans: list[tuple[int, _Plan]] = []
+    seen: set[uuid.UUID] = set()
+    for index, intent_id in enumerate(intent_ids):
+        row = rows.get(intent_id)
+        outcomes.append(None)
+        if row is None:
+            outcomes[index] = PermanentError(f"intent {intent_id} does not exist")
+        elif row["status"] == IntentStatus.CONFIRMED and intent_id not in seen:
+            seen.add(intent_id)  # a second job of one intent in the group finds it finished
+            late = now >= row["settle_deadline_at"]
+            plan = _Plan(
+                row, IntentStatus.FAILED if late else IntentStatus.SETTLED, DEADLINE_PASSED if late else None
+            )
+            transition(
+                IntentStatus(row["status"]),
+                plan.target,
+                expires=payments.channels.get(row["channel"]).expires,
+            )
+            plans.append((index, plan))
+    resolved = await ledger_ops.resolve_many(
+        payments.ledger, conn, [(plan.row, plan.target is IntentStatus.SETTLED) for _, plan in plans]
+    )
+    finished: list[tuple[int, _Plan, SettlementOutcome, dict[str, Any]]] = []
+    for (index, plan), posted in zip(plans, resolved, strict=True):
+        if isinstance(posted, Exception):
+            outcomes[index] = posted
+            continue
+        if plan.target is IntentStatus.SETTLED and not posted:
+            # The ledger expired the holds first: the money never moved, so the intent failed.
+            plan = _Plan(plan.row, IntentStatus.FAILED, "the ledger expired the hold before settlement")
+        outcome = (
+            SettlementOutcome.POSTED if plan.target is IntentStatus.SETTLED else SettlementOutcome.VOIDED
+        )
+        event = events.event_payload(
+            {**plan.row, "status": plan.target.value, "version": plan.row["version"] + 1, "updated_at": now}
+        )
+        finished.append((index, plan, outcome, event))
+    if finished:
+        done = await conn.fetch(
+            Q["intent_finish_settled_many"], [p.row["id"] for _, p, _, _ in finished],
+            [p.target.value for _, p, _, _ in finished], [p.reason for _, p, _, _ in finished],
+            [o.value for _, _, o, _ in finished], [events.notify_text(e) for _, _, _, e in finished],
+            now, settled_by, events.NOTIFY_CHANNEL,
+        )  # fmt: skip
+        assert len(done) == len(finished), "the row locks guarantee every planned intent was confirmed"
+        for index, _, _, event in finished:
+            outcomes[index] = event
+    return outcomes
+
+
+def settle_handler(payments: Payments, *, batch_max: int | None = None) -> Any:
+    """The `intent.settle` job: the intents of concurrently running jobs settle together in shared
+    transactions (jobs/batch.py), each fenced by its job's lease; after each commit their Redis
+    events go out in one round trip. `batch_max` defaults to `outbox_batch_size`."""
+    settings = payments.settings
+
+    async def work(
+        conn: Conn, items: list[tuple[JobContext, uuid.UUID]]
+    ) -> list[dict[str, Any] | Exception | None]:
+        return await settle_many(
+            payments, conn, [intent_id for _, intent_id in items], settled_by=payments.process_id
+        )
+
+    async def after_commit(committed: list[dict[str, Any] | None]) -> None:
+        await publish_many(payments, [payload for payload in committed if payload is not None])
+
+    shared: SharedTransactions[uuid.UUID, dict[str, Any] | None] = SharedTransactions(
+        payments.pool,
+        work,
+        batch_max=batch_max or settings.outbox_batch_size,
+        batches_in_flight_max=settings.outbox_settle_batches_in_flight,
+        after_commit=after_commit,
+    )
 
     async def handle(ctx: JobContext) -> None:
-        intent_id = uuid.UUID(str(ctx.payload["intent_id"]))
-        async with ctx.transaction() as conn:
-            updated = await settle(payments, conn, intent_id, settled_by=payments.process_id)
-        if updated is not None:
-            await publish(payments, events.event_payload(updated))
+        await shared.run(ctx, uuid.UUID(str(ctx.payload["intent_id"])))
 
     return handle
+
+
+async def publish_many(payments: Payments, payloads: list[dict[str, Any]]) -> None:
+    """Best effort after the commit, one round trip for a group: see `publish`."""
+    if not payloads:
+        return
+    try:
+        await payments.publisher.publish_many([(events.topic(p["intent_id"]), p) for p in payloads])
+    except Exception as exc:
+        log.warning("events not published to Redis", intents=len(payloads), error=repr(exc))
 
 
 async def publish(payments: Payments, payload: dict[str, Any]) -> None:
