@@ -429,7 +429,9 @@ async def count_intents(s: Setup) -> int:
     )
 
 
-async def phases_1_to_4(s: Setup, url: str, n: int, rates: list[int], seconds_per_rate: float) -> None:
+async def phases_1_to_4(
+    s: Setup, url: str, n: int, rates: list[int], seconds_per_rate: float, *, settle_only: bool = False
+) -> None:
     async def noop(ctx: JobContext) -> None:
         async with ctx.transaction():
             pass
@@ -459,6 +461,8 @@ async def phases_1_to_4(s: Setup, url: str, n: int, rates: list[int], seconds_pe
         f"3. settlement, 2 outbox-worker processes, backlog of {n}:    {rate:8.0f} intents/s"
         f"  ({rate / baseline:.2f} x baseline)"
     )
+    if settle_only:
+        return
     for n_workers, title in ((2, "api + 2 outbox-worker processes"), (0, "api alone, nothing settles")):
         print(f"4. end to end ({title}), p2p create + confirm:")
         print("   target req/s  achieved req/s  p50 ms  p99 ms  settled intents/s  failed intents")
@@ -478,6 +482,11 @@ async def main() -> None:
     parser.add_argument("--ab-rounds", type=int, default=4, help="Rounds of the A/B, each variant once.")
     parser.add_argument("--ab-rate", type=int, default=300, help="Open-loop request rate of the A/B.")
     parser.add_argument("--only-ab", action="store_true", help="Run the A/B alone (needs --ab).")
+    parser.add_argument(
+        "--settle-only",
+        action="store_true",
+        help="Run phases 1-3 alone (the engine baseline and settlement).",
+    )
     args = parser.parse_args()
     if args.only_ab and not args.ab:
         parser.error("--only-ab needs --ab REF")
@@ -487,7 +496,7 @@ async def main() -> None:
         s = await setup(url)
         if not args.only_ab:
             rates = [int(r) for r in args.rates.split(",")]
-            await phases_1_to_4(s, url, args.count, rates, args.seconds)
+            await phases_1_to_4(s, url, args.count, rates, args.seconds, settle_only=args.settle_only)
         if args.ab:
             await ab_test(s, url, args.ab, args.ab_rounds, args.seconds, args.ab_rate)
         await s.payments.pool.close()

@@ -27,7 +27,8 @@ group of them in ONE transaction:
 
 Limits: at most `batch_max` jobs per transaction and `batches_in_flight_max` transactions at once per
 `SharedTransactions`; while the limit is reached, new work waits and joins the next group (group
-commit: a busier worker makes bigger groups). A caller cancelled before its group starts is dropped.
+commit: a busier worker makes bigger groups); a group starts on the loop's next turn, so handlers
+started together share it. A caller cancelled before its group starts is dropped.
 """
 
 from __future__ import annotations
@@ -137,7 +138,9 @@ class SharedTransactions(Generic[W, R]):
             raise LeaseLostError(ctx.id)
         request: _Request[W, R] = _Request(ctx, item, asyncio.get_running_loop().create_future())
         self._waiting.append(request)
-        self._start_batches()
+        # Start on the next turn of the loop, so that the handlers the worker started together (one
+        # claim) join one group rather than the first of them running alone.
+        asyncio.get_running_loop().call_soon(self._start_batches)
         return await request.outcome
 
     def _start_batches(self) -> None:
