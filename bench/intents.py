@@ -358,6 +358,27 @@ def cpu_seconds(process: PaymanagerProcess) -> float:
     return float(times.user + times.system)
 
 
+def postgres_cpu_seconds() -> float:
+    """User+system CPU of every PostgreSQL process on this machine (the benchmark's database shares
+    the server with whatever else runs: read it with the load average)."""
+    total = 0.0
+    for process in psutil.process_iter(["name"]):
+        if process.info["name"] in ("postgres", "postmaster"):
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue  # a backend that exited meanwhile
+            total += times.user + times.system
+    return total
+
+
+def machine_busy_seconds() -> float:
+    times = psutil.cpu_times()
+    # guest time is counted in user already on Linux.
+    skipped = ("idle", "iowait", "guest", "guest_nice")
+    return float(sum(getattr(times, f) for f in times._fields if f not in skipped))
+
+
 ROW = "   {:15s} {:5.1f}  {:9.2f}  {:8.0f}  {:6.1f}  {:6.1f} | {:8.0f}  {:6.1f}  {:6.1f}  {:9.0f}"
 
 
@@ -453,13 +474,22 @@ async def phases_1_to_4(
         # Timed from the first settlement, so process start-up and the reconciler are left out.
         await drain(s.payments.pool, before + 1, settled)
         first = await settled(s.payments.pool)
+        cpu = (sum(cpu_seconds(p) for p in procs), postgres_cpu_seconds(), machine_busy_seconds())
         seconds = await drain(s.payments.pool, before + n, settled)
+        workers_cores = (sum(cpu_seconds(p) for p in procs) - cpu[0]) / seconds
+        postgres_cores = (postgres_cpu_seconds() - cpu[1]) / seconds
+        machine_cores = (machine_busy_seconds() - cpu[2]) / seconds
     finally:
         stop(procs)
     rate = (before + n - first) / seconds
     print(
         f"3. settlement, 2 outbox-worker processes, backlog of {n}:    {rate:8.0f} intents/s"
         f"  ({rate / baseline:.2f} x baseline)"
+    )
+    print(
+        f"   CPU while draining: outbox-workers {workers_cores:.2f} cores, PostgreSQL {postgres_cores:.2f}"
+        f" cores, whole machine {machine_cores:.2f} busy of {psutil.cpu_count()};"
+        f" load {os.getloadavg()[0]:.1f}"
     )
     if settle_only:
         return
