@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from paymanager.application import events, ledger_ops
@@ -81,68 +82,85 @@ class _Plan:
     reason: str | None
 
 
+Outcome = dict[str, Any] | Exception | None
+
+
 async def settle_many(
     payments: Payments, conn: Conn, intent_ids: list[uuid.UUID], *, settled_by: str
-) -> list[dict[str, Any] | Exception | None]:
+) -> list[Outcome]:
     """`settle` for a group of intents in the caller's transaction, in a few statements whatever its
     size; per id (in the order given): the event of the intent's change, None when there was nothing
     to do, or the exception that intent alone met (nothing of it was written).
 
-    Per-intent failures are found before anything is written for that intent: a missing intent, or
-    a ledger refusal, which the ledger reports per intent (each intent's legs are one linked chain,
-    applied or refused as a whole), so no savepoint is needed. Semantics are `settle`'s: a deadline
-    passed voids and fails, a hold the ledger already expired fails."""
+    Per-intent failures are found before anything is written for that intent: a missing intent, a
+    transition the domain refuses, or a ledger refusal, which the ledger reports per intent (each
+    intent's legs are one linked chain, applied or refused as a whole), so no savepoint is needed.
+    Semantics are `settle`'s: a deadline passed voids and fails, a hold the ledger already expired
+    fails. An error of a statement itself fails the whole group (the caller's transaction rolls back)."""
     rows = {row["id"]: row for row in await conn.fetch(Q["intent_lock_many"], sorted(set(intent_ids)))}
     now = payments.clock()
-    outcomes: list[dict[str, Any] | Exception | None] = []
+    outcomes: list[Outcome] = [None] * len(intent_ids)
     plans: list[tuple[int, _Plan]] = []
     seen: set[uuid.UUID] = set()
     for index, intent_id in enumerate(intent_ids):
         row = rows.get(intent_id)
-        outcomes.append(None)
         if row is None:
             outcomes[index] = PermanentError(f"intent {intent_id} does not exist")
         elif row["status"] == IntentStatus.CONFIRMED and intent_id not in seen:
             seen.add(intent_id)  # a second job of one intent in the group finds it finished
-            late = now >= row["settle_deadline_at"]
-            plan = _Plan(
-                row, IntentStatus.FAILED if late else IntentStatus.SETTLED, DEADLINE_PASSED if late else None
-            )
-            transition(
-                IntentStatus(row["status"]),
-                plan.target,
-                expires=payments.channels.get(row["channel"]).expires,
-            )
-            plans.append((index, plan))
+            try:
+                plans.append((index, _plan(payments, row, now)))
+            except Exception as exc:
+                outcomes[index] = exc
     resolved = await ledger_ops.resolve_many(
         payments.ledger, conn, [(plan.row, plan.target is IntentStatus.SETTLED) for _, plan in plans]
     )
-    finished: list[tuple[int, _Plan, SettlementOutcome, dict[str, Any]]] = []
+    finished: list[tuple[int, _Plan]] = []
     for (index, plan), posted in zip(plans, resolved, strict=True):
         if isinstance(posted, Exception):
             outcomes[index] = posted
-            continue
-        if plan.target is IntentStatus.SETTLED and not posted:
+        elif plan.target is IntentStatus.SETTLED and not posted:
             # The ledger expired the holds first: the money never moved, so the intent failed.
-            plan = _Plan(plan.row, IntentStatus.FAILED, "the ledger expired the hold before settlement")
-        outcome = (
-            SettlementOutcome.POSTED if plan.target is IntentStatus.SETTLED else SettlementOutcome.VOIDED
-        )
-        event = events.event_payload(
-            {**plan.row, "status": plan.target.value, "version": plan.row["version"] + 1, "updated_at": now}
-        )
-        finished.append((index, plan, outcome, event))
-    if finished:
-        done = await conn.fetch(
-            Q["intent_finish_settled_many"], [p.row["id"] for _, p, _, _ in finished],
-            [p.target.value for _, p, _, _ in finished], [p.reason for _, p, _, _ in finished],
-            [o.value for _, _, o, _ in finished], [events.notify_text(e) for _, _, _, e in finished],
-            now, settled_by, events.NOTIFY_CHANNEL,
-        )  # fmt: skip
-        assert len(done) == len(finished), "the row locks guarantee every planned intent was confirmed"
-        for index, _, _, event in finished:
-            outcomes[index] = event
+            failed = _Plan(plan.row, IntentStatus.FAILED, "the ledger expired the hold before settlement")
+            finished.append((index, failed))
+        else:
+            finished.append((index, plan))
+    for index, event in await _finish_many(conn, [plan for _, plan in finished], now, settled_by):
+        outcomes[finished[index][0]] = event
     return outcomes
+
+
+def _plan(payments: Payments, row: Any, now: datetime) -> _Plan:
+    """Where a locked, confirmed intent goes: settled, or failed past its deadline."""
+    late = now >= row["settle_deadline_at"]
+    target = IntentStatus.FAILED if late else IntentStatus.SETTLED
+    transition(IntentStatus(row["status"]), target, expires=payments.channels.get(row["channel"]).expires)
+    return _Plan(row, target, DEADLINE_PASSED if late else None)
+
+
+async def _finish_many(
+    conn: Conn, plans: list[_Plan], now: datetime, settled_by: str
+) -> list[tuple[int, dict[str, Any]]]:
+    """One statement: the status updates, settlement rows and NOTIFYs of `plans`; their events."""
+    if not plans:
+        return []
+    # The rows are locked, so each event is known before the update: the version goes up by one.
+    changes = [
+        {**plan.row, "status": plan.target.value, "version": plan.row["version"] + 1, "updated_at": now}
+        for plan in plans
+    ]
+    notices = [events.event_payload(change) for change in changes]
+    outcomes = [
+        (SettlementOutcome.POSTED if p.target is IntentStatus.SETTLED else SettlementOutcome.VOIDED).value
+        for p in plans
+    ]
+    done = await conn.fetch(
+        Q["intent_finish_settled_many"], [p.row["id"] for p in plans], [p.target.value for p in plans],
+        [p.reason for p in plans], outcomes, [events.notify_text(n) for n in notices], now, settled_by,
+        events.NOTIFY_CHANNEL,
+    )  # fmt: skip
+    assert len(done) == len(plans), "the row locks guarantee every planned intent was confirmed"
+    return list(enumerate(notices))
 
 
 def settle_handler(payments: Payments, *, batch_max: int | None = None) -> Any:
@@ -151,9 +169,7 @@ def settle_handler(payments: Payments, *, batch_max: int | None = None) -> Any:
     events go out in one round trip. `batch_max` defaults to `outbox_batch_size`."""
     settings = payments.settings
 
-    async def work(
-        conn: Conn, items: list[tuple[JobContext, uuid.UUID]]
-    ) -> list[dict[str, Any] | Exception | None]:
+    async def work(conn: Conn, items: list[tuple[JobContext, uuid.UUID]]) -> list[Outcome]:
         return await settle_many(
             payments, conn, [intent_id for _, intent_id in items], settled_by=payments.process_id
         )

@@ -8,8 +8,12 @@ import uuid
 from typing import Any
 
 import asyncpg
+import orjson
+import redis.asyncio as aioredis
 
+from paymanager.adapters.redis_events import RedisPublisher
 from paymanager.application.confirm_intent import OUTBOX_QUEUE, SETTLE_KIND
+from paymanager.application.events import NOTIFY_CHANNEL, event_payload, topic
 from paymanager.application.ledger_ops import LedgerRefusedError
 from paymanager.application.settle_intent import settle, settle_handler
 from paymanager.jobs import JobContext, LeaseLostError, PermanentError, enqueue
@@ -190,3 +194,40 @@ async def test_two_jobs_of_one_intent_in_a_group_settle_it_once(api: Api) -> Non
     assert (await api.client.balance(payee))["posted"] == AMOUNT
     states = await pool.fetch("SELECT state::text AS s FROM job WHERE payload->>'intent_id' = $1", intent_id)
     assert [r["s"] for r in states] == ["completed", "completed"]
+
+
+async def test_a_group_announces_each_change_by_notify_and_redis_as_the_rows_say(
+    api: Api, database_url: str, redis_url: str
+) -> None:
+    intents = await _confirmed(api, 3)
+    pool = api.payments.pool
+    ctxs = await _claim(pool, [i for i, _ in intents])
+    notified: list[dict[str, Any]] = []
+    listener = await asyncpg.connect(database_url)
+    await listener.add_listener(NOTIFY_CHANNEL, lambda *args: notified.append(orjson.loads(args[3])))
+    client = aioredis.from_url(redis_url)
+    pubsub = client.pubsub()
+    await pubsub.subscribe(*(topic(i) for i, _ in intents))
+    await pubsub.get_message(timeout=1)  # the subscribe confirmations
+    api.payments.publisher = RedisPublisher(client)
+    try:
+        await asyncio.gather(*(settle_handler(api.payments, batch_max=10)(ctx) for ctx in ctxs))
+        published: list[dict[str, Any]] = []
+        for _ in range(50):
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2)
+            if message is not None:
+                published.append(orjson.loads(message["data"]))
+            if len(published) == len(intents) and len(notified) == len(intents):
+                break
+    finally:
+        await pubsub.aclose()
+        await client.aclose()
+        await listener.close()
+    # The events sent were computed before the update: they must be what the rows now say.
+    rows = await pool.fetch(
+        "SELECT * FROM intent WHERE id = ANY($1::uuid[])", [uuid.UUID(i) for i, _ in intents]
+    )
+    expected = sorted((event_payload(row) for row in rows), key=lambda e: e["intent_id"])
+    assert sorted(notified, key=lambda e: e["intent_id"]) == expected
+    assert sorted(published, key=lambda e: e["intent_id"]) == expected
+    assert {e["status"] for e in expected} == {"settled"}
