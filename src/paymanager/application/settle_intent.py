@@ -4,6 +4,11 @@
 its lease-fenced completion), a cancel, and the reconciler all go through it, so whichever comes
 first ends the intent and the others find it finished. The `settlement` row's primary key is the
 schema's guarantee of once.
+
+The `intent.settle` job settles through `settle_many`: the jobs a worker runs at once share one
+transaction (`paymanager.jobs.batch`), each still fenced by its own lease, and the group's intents are
+locked, posted, finished and announced in a few statements whatever its size. Cancel and the
+reconciler keep the single-intent `finish`.
 """
 
 from __future__ import annotations
