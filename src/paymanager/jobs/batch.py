@@ -8,8 +8,10 @@ group of them in ONE transaction:
 1. `hold_leases` locks (FOR UPDATE, in id order, one statement) the job rows still held under each
    claim's lease token. A job missing lost its lease: its `ctx.lease_lost` is set and its caller gets
    `LeaseLostError`; nothing is done for it. A job returned cannot lose its lease before the
-   transaction ends: the rescuer's UPDATE waits on the row lock and then finds the job completed (or,
-   after a rollback, still running under this claim).
+   transaction ends: the rescuer skips locked rows (`FOR UPDATE SKIP LOCKED`), and after the
+   commit the job is completed (after a rollback, still running under this claim). So an open group
+   delays the rescue of its jobs until it ends; a killed process's connection drops and PostgreSQL
+   aborts its transaction, releasing them.
 2. The work function runs for the jobs held, on the shared connection, and returns one outcome per job:
    its result, or an exception (an expected failure of that job alone). A job whose outcome is an
    exception must have no effect in the transaction: the work function guarantees it (payments does
