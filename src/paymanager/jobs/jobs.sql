@@ -410,8 +410,8 @@ VACUUM (ANALYZE) job
 
 -- name: job_hold_leases_many
 -- Locks, in id order, the running jobs of $1 still held under the lease tokens $2 (batch.py): a job
--- returned cannot lose its lease before the caller's transaction ends (a rescue waits on the lock and
--- then finds it completed or still this claim's). A job missing lost its lease.
+-- returned cannot lose its lease before the caller's transaction ends (the rescuer skips locked rows;
+-- a heartbeat or a cancel waits). A job missing lost its lease.
 SELECT job.id
   FROM job
   JOIN unnest($1::bigint[], $2::uuid[]) AS r(id, token) ON job.id = r.id
