@@ -149,3 +149,50 @@ async def test_shared_transactions_give_each_job_of_a_group_its_own_outcome(
     assert max(groups) > 1  # the handlers the worker started together shared a transaction
     await wait_until(lambda: asyncio.sleep(0, len(committed) == 5))
     assert sorted(committed) == ["a", "b", "c", "d", "e"]
+
+
+@pytest.mark.usefixtures("effects")
+async def test_a_deadlocked_group_is_rolled_back_and_run_again_once(pool: asyncpg.Pool) -> None:
+    ctxs = await _running(pool, 3)
+    attempts = 0
+
+    async def work(conn: asyncpg.Connection, items: list[tuple[JobContext, str]]) -> list[str | Exception]:
+        nonlocal attempts
+        attempts += 1
+        for ctx, item in items:
+            await conn.execute("INSERT INTO effect VALUES ($1, $2)", ctx.id, item)
+        if attempts == 1:  # as PostgreSQL does when this group and a heartbeat wait on each other
+            raise asyncpg.DeadlockDetectedError("deadlock detected")
+        return [item for _, item in items]
+
+    shared: SharedTransactions[str, str] = SharedTransactions(
+        pool, work, batch_max=10, batches_in_flight_max=1
+    )
+    results = await asyncio.gather(*(shared.run(ctx, f"item {ctx.id}") for ctx in ctxs))
+    assert results == [f"item {ctx.id}" for ctx in ctxs]
+    assert attempts == 2
+    written = await pool.fetch("SELECT job_id FROM effect ORDER BY job_id")
+    assert [r["job_id"] for r in written] == [ctx.id for ctx in ctxs]  # the first attempt left nothing
+    assert [await job_state(pool, ctx.id) for ctx in ctxs] == ["completed"] * 3
+
+
+@pytest.mark.usefixtures("effects")
+async def test_an_error_of_the_group_itself_reaches_every_caller_and_commits_nothing(
+    pool: asyncpg.Pool,
+) -> None:
+    ctxs = await _running(pool, 2)
+
+    async def work(conn: asyncpg.Connection, items: list[tuple[JobContext, str]]) -> list[str | Exception]:
+        for ctx, item in items:
+            await conn.execute("INSERT INTO effect VALUES ($1, $2)", ctx.id, item)
+        await conn.execute("SELECT 1 / 0")  # a statement fails: not one job's outcome
+        return [item for _, item in items]
+
+    shared: SharedTransactions[str, str] = SharedTransactions(
+        pool, work, batch_max=10, batches_in_flight_max=1
+    )
+    outcomes = await asyncio.gather(*(shared.run(ctx, "x") for ctx in ctxs), return_exceptions=True)
+    assert all(isinstance(o, asyncpg.DivisionByZeroError) for o in outcomes)
+    assert await pool.fetchval("SELECT count(*) FROM effect") == 0
+    assert [await job_state(pool, ctx.id) for ctx in ctxs] == ["running", "running"]
+    assert not any(ctx.completed_in_transaction for ctx in ctxs)
