@@ -172,6 +172,7 @@ class SharedTransactions(Generic[W, R]):
                         request.outcome.set_result(outcome)
         except Exception as exc:
             for request in group:
+                request.ctx.completed_in_transaction = False  # nothing of the group committed
                 _set_exception(request, exc)
         except BaseException:
             for request in group:
