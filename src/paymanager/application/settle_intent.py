@@ -22,6 +22,7 @@ from paymanager.application import events, ledger_ops
 from paymanager.application.context import Payments
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
+from paymanager.domain.errors import DomainError
 from paymanager.domain.intents import IntentStatus, SettlementOutcome, transition
 from paymanager.jobs import JobContext, PermanentError
 from paymanager.jobs.batch import SharedTransactions
@@ -115,7 +116,7 @@ async def settle_many(
             seen.add(intent_id)  # a second job of one intent in the group finds it finished
             try:
                 plans.append((index, _plan(payments, row, now)))
-            except Exception as exc:
+            except DomainError as exc:  # an unknown channel or a refused transition: this intent's
                 outcomes[index] = exc
     resolved = await ledger_ops.resolve_many(
         payments.ledger, conn, [(plan.row, plan.target is IntentStatus.SETTLED) for _, plan in plans]
