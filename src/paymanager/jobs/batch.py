@@ -30,7 +30,8 @@ group of them in ONE transaction:
 Limits: at most `batch_max` jobs per transaction and `batches_in_flight_max` transactions at once per
 `SharedTransactions`; while the limit is reached, new work waits and joins the next group (group
 commit: a busier worker makes bigger groups); a group starts on the loop's next turn, so handlers
-started together share it. A caller cancelled before its group starts is dropped.
+started together share it. The waiting work is bounded by the worker's concurrency (one item per
+running handler). A caller cancelled before its group starts is dropped.
 """
 
 from __future__ import annotations
