@@ -373,6 +373,27 @@ def cpu_seconds(process: PaymanagerProcess) -> float:
     return float(times.user + times.system)
 
 
+def postgres_cpu_seconds() -> float:
+    """User+system CPU of every PostgreSQL process on this machine (the benchmark's database shares
+    the server with whatever else runs: read it with the load average)."""
+    total = 0.0
+    for process in psutil.process_iter(["name"]):
+        if process.info["name"] in ("postgres", "postmaster"):
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue  # a backend that exited meanwhile
+            total += times.user + times.system
+    return total
+
+
+def machine_busy_seconds() -> float:
+    times = psutil.cpu_times()
+    # guest time is counted in user already on Linux.
+    skipped = ("idle", "iowait", "guest", "guest_nice")
+    return float(sum(getattr(times, f) for f in times._fields if f not in skipped))
+
+
 ROW = "   {:15s} {:5.1f}  {:9.2f}  {:8.0f}  {:6.1f}  {:6.1f} | {:8.0f}  {:6.1f}  {:6.1f}  {:9.0f}"
 
 
@@ -444,7 +465,9 @@ async def count_intents(s: Setup) -> int:
     )
 
 
-async def phases_1_to_4(s: Setup, url: str, n: int, rates: list[int], seconds_per_rate: float) -> None:
+async def phases_1_to_4(
+    s: Setup, url: str, n: int, rates: list[int], seconds_per_rate: float, *, settle_only: bool = False
+) -> None:
     async def noop(ctx: JobContext) -> None:
         async with ctx.transaction():
             pass
@@ -453,7 +476,7 @@ async def phases_1_to_4(s: Setup, url: str, n: int, rates: list[int], seconds_pe
         s, n, noop, [NewJob(SETTLE_KIND, {"n": i}, queue=OUTBOX_QUEUE) for i in range(n)]
     )
     await backlog(s, n)
-    settled_rate = await in_process(s, n, settle_handler(s.payments), None)
+    settled_rate = await in_process(s, n, settle_handler(s.payments, batch_max=BATCH), None)
     print(f"1. engine baseline, 1 in-process worker, no-op fenced jobs:  {baseline:8.0f} jobs/s")
     print(
         f"2. settlement,      1 in-process worker, intent.settle:      {settled_rate:8.0f} intents/s"
@@ -466,7 +489,11 @@ async def phases_1_to_4(s: Setup, url: str, n: int, rates: list[int], seconds_pe
         # Timed from the first settlement, so process start-up and the reconciler are left out.
         await drain(s.payments.pool, before + 1, settled)
         first = await settled(s.payments.pool)
+        cpu = (sum(cpu_seconds(p) for p in procs), postgres_cpu_seconds(), machine_busy_seconds())
         seconds = await drain(s.payments.pool, before + n, settled)
+        workers_cores = (sum(cpu_seconds(p) for p in procs) - cpu[0]) / seconds
+        postgres_cores = (postgres_cpu_seconds() - cpu[1]) / seconds
+        machine_cores = (machine_busy_seconds() - cpu[2]) / seconds
     finally:
         stop(procs)
     rate = (before + n - first) / seconds
@@ -474,6 +501,13 @@ async def phases_1_to_4(s: Setup, url: str, n: int, rates: list[int], seconds_pe
         f"3. settlement, 2 outbox-worker processes, backlog of {n}:    {rate:8.0f} intents/s"
         f"  ({rate / baseline:.2f} x baseline)"
     )
+    print(
+        f"   CPU while draining: outbox-workers {workers_cores:.2f} cores, PostgreSQL {postgres_cores:.2f}"
+        f" cores, whole machine {machine_cores:.2f} busy of {psutil.cpu_count()};"
+        f" load {os.getloadavg()[0]:.1f}"
+    )
+    if settle_only:
+        return
     for n_workers, title in ((2, "api + 2 outbox-worker processes"), (0, "api alone, nothing settles")):
         print(f"4. end to end ({title}), p2p create + confirm:")
         print("   target req/s  achieved req/s  p50 ms  p99 ms  settled intents/s  failed intents")
@@ -495,6 +529,11 @@ async def main() -> None:
     parser.add_argument("--only-ab", action="store_true", help="Run the A/B alone (needs --ab).")
     parser.add_argument("--loadgen", choices=("raw", "httpx"), default="raw",
                         help="Open-loop load generator: bench/http_load.py or httpx.")  # fmt: skip
+    parser.add_argument(
+        "--settle-only",
+        action="store_true",
+        help="Run phases 1-3 alone (the engine baseline and settlement).",
+    )
     args = parser.parse_args()
     global LOADGEN
     LOADGEN = args.loadgen
@@ -506,7 +545,7 @@ async def main() -> None:
         s = await setup(url)
         if not args.only_ab:
             rates = [int(r) for r in args.rates.split(",")]
-            await phases_1_to_4(s, url, args.count, rates, args.seconds)
+            await phases_1_to_4(s, url, args.count, rates, args.seconds, settle_only=args.settle_only)
         if args.ab:
             await ab_test(s, url, args.ab, args.ab_rounds, args.seconds, args.ab_rate)
         await s.payments.pool.close()

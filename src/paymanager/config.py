@@ -101,6 +101,13 @@ class Settings(BaseSettings):
     outbox_concurrency: int = Field(
         default=20, ge=1, le=1_000, description="Most outbox jobs running at once per process."
     )
+    outbox_settle_batches_in_flight: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Most shared settlement transactions running at once per process (each settles up "
+        "to outbox_batch_size intents).",
+    )
     outbox_max_attempts: int = Field(
         default=10, ge=1, le=100, description="Attempts of an outbox action before it is dead-lettered."
     )

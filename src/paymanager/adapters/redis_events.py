@@ -14,3 +14,12 @@ class RedisPublisher:
 
     async def publish(self, topic: str, payload: dict[str, Any]) -> None:
         await self._client.publish(topic, orjson.dumps(payload))
+
+    async def publish_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+        """One round trip for a settled group's events (a pipeline, not a MULTI transaction)."""
+        if not messages:
+            return
+        async with self._client.pipeline(transaction=False) as pipe:
+            for topic, payload in messages:
+                pipe.publish(topic, orjson.dumps(payload))
+            await pipe.execute()

@@ -28,12 +28,19 @@ def topic(intent_id: str) -> str:
 class EventPublisher(Protocol):
     async def publish(self, topic: str, payload: dict[str, Any]) -> None: ...
 
+    async def publish_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+        """Publish (topic, payload) pairs in order, in one round trip where the transport allows."""
+        ...
+
 
 class NoPublisher:
     """Used when `REDIS_URL` is unset: NOTIFY alone carries the events."""
 
     async def publish(self, topic: str, payload: dict[str, Any]) -> None:
         del topic, payload
+
+    async def publish_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+        del messages
 
 
 def event_payload(intent: Any) -> dict[str, Any]:

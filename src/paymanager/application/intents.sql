@@ -114,3 +114,32 @@ UPDATE intent
   FROM due
  WHERE intent.id = due.id
 RETURNING intent.*;
+
+-- name: intent_lock_many
+-- Locks the intents of $1 in id order (so two groups that share an intent cannot deadlock), for a
+-- group settlement (settle_intent.settle_many).
+SELECT * FROM intent WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE;
+
+-- name: intent_finish_settled_many
+-- Ends confirmed intents $1 in one statement: each goes to status $2[i] with reason $3[i] at $6 and
+-- gets its settlement row (outcome $4[i], by $7), and NOTIFY $5[i] is sent on channel $8 (the caller
+-- knows each event beforehand, as the rows are locked). Returns the ids ended; an intent no longer
+-- confirmed is left alone.
+WITH r AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
+        AS r(id, status, reason, outcome, notice)
+), finished AS (
+    UPDATE intent
+       SET status = r.status, version = intent.version + 1, finished_at = $6, updated_at = $6,
+           failure_reason = r.reason
+      FROM r
+     WHERE intent.id = ANY($1::uuid[]) AND intent.id = r.id AND intent.status = 'confirmed'
+    RETURNING intent.id, intent.status, intent.amount, intent.fee, intent.currency
+), recorded AS (
+    INSERT INTO settlement (intent_id, outcome, status, amount, fee, currency, settled_by, created_at)
+    SELECT f.id, r.outcome, f.status, f.amount, f.fee, f.currency, $7, $6
+      FROM finished AS f JOIN r ON r.id = f.id
+    RETURNING intent_id
+)
+SELECT recorded.intent_id AS id, pg_notify($8, r.notice) AS notified
+  FROM recorded JOIN r ON r.id = recorded.intent_id;

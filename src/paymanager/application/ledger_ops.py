@@ -140,11 +140,41 @@ async def hold(ledger: Any, conn: Conn, intent: Any, hold_id: uuid.UUID, timeout
 async def resolve(ledger: Any, conn: Conn, intent: Any, *, post: bool) -> bool:
     """Post (`post=True`) or void the intent's holds. Returns False when a post found them voided or
     expired (the funds are released, so the intent must fail); True otherwise. Idempotent."""
+    outcome = (await resolve_many(ledger, conn, [(intent, post)]))[0]
+    if isinstance(outcome, LedgerRefusedError):
+        raise outcome
+    return outcome
+
+
+async def resolve_many(
+    ledger: Any, conn: Conn, intents: list[tuple[Any, bool]]
+) -> list[bool | LedgerRefusedError]:
+    """`resolve` for several intents in ONE ledger batch on `conn`: per (intent, post) pair, its
+    outcome as `resolve` returns it, or the `LedgerRefusedError` it would raise.
+
+    Each intent's legs form their own linked chain (the last leg is unlinked), so the ledger applies
+    or refuses each intent's chain as a whole and independently of the others: a refused intent has
+    moved nothing, and the others' transfers stand."""
+    transfers: list[Transfer] = []
+    ends: list[int] = []
+    for intent, post in intents:
+        transfers.extend(_resolve_transfers(intent, post=post))
+        ends.append(len(transfers))
+    results = await ledger.create_transfers(transfers, conn=conn) if transfers else []
+    outcomes: list[bool | LedgerRefusedError] = []
+    start = 0
+    for (intent, post), end in zip(intents, ends, strict=True):
+        outcomes.append(_resolve_outcome(intent, results[start:end], post=post))
+        start = end
+    return outcomes
+
+
+def _resolve_transfers(intent: Any, *, post: bool) -> list[Transfer]:
     hold_id = intent["hold_id"]
     legs = _legs(intent)
     action = "post" if post else "void"
     flag = TransferFlags.POST_PENDING_TRANSFER if post else TransferFlags.VOID_PENDING_TRANSFER
-    transfers = [
+    return [
         Transfer(
             id=transfer_id(hold_id, f"{action}.{purpose}"),
             pending_id=transfer_id(hold_id, f"hold.{purpose}"),
@@ -156,7 +186,9 @@ async def resolve(ledger: Any, conn: Conn, intent: Any, *, post: bool) -> bool:
         )
         for index, (purpose, _, _, _) in enumerate(legs)
     ]
-    results = await ledger.create_transfers(transfers, conn=conn)
+
+
+def _resolve_outcome(intent: Any, results: list[Any], *, post: bool) -> bool | LedgerRefusedError:
     done = _POSTED if post else _VOIDED
     released = _VOIDED if post else set()
     outcome = True
@@ -166,7 +198,8 @@ async def resolve(ledger: Any, conn: Conn, intent: Any, *, post: bool) -> bool:
         if result.result in released:
             outcome = False
             continue
-        raise LedgerRefusedError(
+        action = "post" if post else "void"
+        return LedgerRefusedError(
             f"the ledger refused to {action} intent {intent['id']}: {result.result.name}"
         )
     return outcome

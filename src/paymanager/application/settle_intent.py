@@ -4,19 +4,28 @@
 its lease-fenced completion), a cancel, and the reconciler all go through it, so whichever comes
 first ends the intent and the others find it finished. The `settlement` row's primary key is the
 schema's guarantee of once.
+
+The `intent.settle` job settles through `settle_many`: the jobs a worker runs at once share one
+transaction (`paymanager.jobs.batch`), each still fenced by its own lease, and the group's intents are
+locked, posted, finished and announced in a few statements whatever its size. Cancel and the
+reconciler keep the single-intent `finish`.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from paymanager.application import events, ledger_ops
 from paymanager.application.context import Payments
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
+from paymanager.domain.errors import DomainError
 from paymanager.domain.intents import IntentStatus, SettlementOutcome, transition
 from paymanager.jobs import JobContext, PermanentError
+from paymanager.jobs.batch import SharedTransactions
 from paymanager.logging import get_logger
 
 Q = load_queries("paymanager.application", "intents.sql")
@@ -70,17 +79,132 @@ async def settle(payments: Payments, conn: Conn, intent_id: uuid.UUID, *, settle
     return await finish(payments, conn, row, IntentStatus.SETTLED, settled_by=settled_by)
 
 
-def settle_handler(payments: Payments) -> Any:
-    """The `intent.settle` job: settle inside the job's fenced completion, then publish to Redis."""
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What the group settlement will do to one locked, confirmed intent."""
+
+    row: Any
+    target: IntentStatus
+    reason: str | None
+
+
+Outcome = dict[str, Any] | Exception | None
+
+
+async def settle_many(
+    payments: Payments, conn: Conn, intent_ids: list[uuid.UUID], *, settled_by: str
+) -> list[Outcome]:
+    """`settle` for a group of intents in the caller's transaction, in a few statements whatever its
+    size; per id (in the order given): the event of the intent's change, None when there was nothing
+    to do, or the exception that intent alone met (nothing of it was written).
+
+    Per-intent failures are found before anything is written for that intent: a missing intent, a
+    transition the domain refuses, or a ledger refusal, which the ledger reports per intent (each
+    intent's legs are one linked chain, applied or refused as a whole), so no savepoint is needed.
+    Semantics are `settle`'s: a deadline passed voids and fails, a hold the ledger already expired
+    fails. An error of a statement itself fails the whole group (the caller's transaction rolls back)."""
+    rows = {row["id"]: row for row in await conn.fetch(Q["intent_lock_many"], sorted(set(intent_ids)))}
+    now = payments.clock()
+    outcomes: list[Outcome] = [None] * len(intent_ids)
+    plans: list[tuple[int, _Plan]] = []
+    seen: set[uuid.UUID] = set()
+    for index, intent_id in enumerate(intent_ids):
+        row = rows.get(intent_id)
+        if row is None:
+            outcomes[index] = PermanentError(f"intent {intent_id} does not exist")
+        elif row["status"] == IntentStatus.CONFIRMED and intent_id not in seen:
+            seen.add(intent_id)  # a second job of one intent in the group finds it finished
+            try:
+                plans.append((index, _plan(payments, row, now)))
+            except DomainError as exc:  # an unknown channel or a refused transition: this intent's
+                outcomes[index] = exc
+    resolved = await ledger_ops.resolve_many(
+        payments.ledger, conn, [(plan.row, plan.target is IntentStatus.SETTLED) for _, plan in plans]
+    )
+    finished: list[tuple[int, _Plan]] = []
+    for (index, plan), posted in zip(plans, resolved, strict=True):
+        if isinstance(posted, Exception):
+            outcomes[index] = posted
+        elif plan.target is IntentStatus.SETTLED and not posted:
+            # The ledger expired the holds first: the money never moved, so the intent failed.
+            failed = _Plan(plan.row, IntentStatus.FAILED, "the ledger expired the hold before settlement")
+            finished.append((index, failed))
+        else:
+            finished.append((index, plan))
+    for index, event in await _finish_many(conn, [plan for _, plan in finished], now, settled_by):
+        outcomes[finished[index][0]] = event
+    return outcomes
+
+
+def _plan(payments: Payments, row: Any, now: datetime) -> _Plan:
+    """Where a locked, confirmed intent goes: settled, or failed past its deadline."""
+    late = now >= row["settle_deadline_at"]
+    target = IntentStatus.FAILED if late else IntentStatus.SETTLED
+    transition(IntentStatus(row["status"]), target, expires=payments.channels.get(row["channel"]).expires)
+    return _Plan(row, target, DEADLINE_PASSED if late else None)
+
+
+async def _finish_many(
+    conn: Conn, plans: list[_Plan], now: datetime, settled_by: str
+) -> list[tuple[int, dict[str, Any]]]:
+    """One statement: the status updates, settlement rows and NOTIFYs of `plans`; their events."""
+    if not plans:
+        return []
+    # The rows are locked, so each event is known before the update: the version goes up by one.
+    changes = [
+        {**plan.row, "status": plan.target.value, "version": plan.row["version"] + 1, "updated_at": now}
+        for plan in plans
+    ]
+    notices = [events.event_payload(change) for change in changes]
+    outcomes = [
+        (SettlementOutcome.POSTED if p.target is IntentStatus.SETTLED else SettlementOutcome.VOIDED).value
+        for p in plans
+    ]
+    done = await conn.fetch(
+        Q["intent_finish_settled_many"], [p.row["id"] for p in plans], [p.target.value for p in plans],
+        [p.reason for p in plans], outcomes, [events.notify_text(n) for n in notices], now, settled_by,
+        events.NOTIFY_CHANNEL,
+    )  # fmt: skip
+    assert len(done) == len(plans), "the row locks guarantee every planned intent was confirmed"
+    return list(enumerate(notices))
+
+
+def settle_handler(payments: Payments, *, batch_max: int | None = None) -> Any:
+    """The `intent.settle` job: the intents of concurrently running jobs settle together in shared
+    transactions (jobs/batch.py), each fenced by its job's lease; after each commit their Redis
+    events go out in one round trip. `batch_max` defaults to `outbox_batch_size`."""
+    settings = payments.settings
+
+    async def work(conn: Conn, items: list[tuple[JobContext, uuid.UUID]]) -> list[Outcome]:
+        return await settle_many(
+            payments, conn, [intent_id for _, intent_id in items], settled_by=payments.process_id
+        )
+
+    async def after_commit(committed: list[dict[str, Any] | None]) -> None:
+        await publish_many(payments, [payload for payload in committed if payload is not None])
+
+    shared: SharedTransactions[uuid.UUID, dict[str, Any] | None] = SharedTransactions(
+        payments.pool,
+        work,
+        batch_max=batch_max or settings.outbox_batch_size,
+        batches_in_flight_max=settings.outbox_settle_batches_in_flight,
+        after_commit=after_commit,
+    )
 
     async def handle(ctx: JobContext) -> None:
-        intent_id = uuid.UUID(str(ctx.payload["intent_id"]))
-        async with ctx.transaction() as conn:
-            updated = await settle(payments, conn, intent_id, settled_by=payments.process_id)
-        if updated is not None:
-            await publish(payments, events.event_payload(updated))
+        await shared.run(ctx, uuid.UUID(str(ctx.payload["intent_id"])))
 
     return handle
+
+
+async def publish_many(payments: Payments, payloads: list[dict[str, Any]]) -> None:
+    """Best effort after the commit, one round trip for a group: see `publish`."""
+    if not payloads:
+        return
+    try:
+        await payments.publisher.publish_many([(events.topic(p["intent_id"]), p) for p in payloads])
+    except Exception as exc:
+        log.warning("events not published to Redis", intents=len(payloads), error=repr(exc))
 
 
 async def publish(payments: Payments, payload: dict[str, Any]) -> None:

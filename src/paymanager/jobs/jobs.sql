@@ -407,3 +407,24 @@ SELECT pg_advisory_unlock($1)
 -- which at thousands of jobs a second leaves millions of dead tuples): space freed by claims,
 -- completions and pruning is reused at once, so the table stops growing.
 VACUUM (ANALYZE) job
+
+-- name: job_hold_leases_many
+-- Locks, in id order, the running jobs of $1 still held under the lease tokens $2 (batch.py): a job
+-- returned cannot lose its lease before the caller's transaction ends (the rescuer skips locked rows;
+-- a heartbeat or a cancel waits). A job missing lost its lease.
+SELECT job.id
+  FROM job
+  JOIN unnest($1::bigint[], $2::uuid[]) AS r(id, token) ON job.id = r.id
+ WHERE job.id = ANY ($1::bigint[]) AND job.lease_token = r.token AND job.state = 'running'
+ ORDER BY job.id
+   FOR UPDATE OF job
+
+-- name: job_complete_fenced_many
+-- The fenced completion of several jobs in the caller's transaction (batch.py): returns the jobs
+-- completed; one missing lost its lease.
+UPDATE job
+   SET state = 'completed', finalized_at = now(), result = r.result,
+       lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+  FROM unnest($1::bigint[], $2::uuid[], $3::jsonb[]) AS r(id, token, result)
+ WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
+RETURNING job.id

@@ -107,6 +107,15 @@ async def test_killed_worker_does_not_make_any_intent_settle_twice(
         "WHERE i.channel = 'internal-p2p' AND s.outcome = 'posted'"
     )
     assert posted == INTENTS
+    # The ledger agrees with the settlement rows: each intent's legs were posted exactly once (the
+    # intents settle in shared transactions of up to OUTBOX_CONCURRENCY / 2 per claim).
+    disagreeing = await pool.fetchval(
+        "SELECT count(*) FROM intent AS i WHERE i.channel = 'internal-p2p' AND"
+        " (SELECT count(*) FILTER (WHERE t.flags & 4 <> 0) * 10 + count(*) FILTER (WHERE t.flags & 8 <> 0)"
+        "    FROM ledger_transfer AS t WHERE t.user_data_128 = i.id)"
+        " <> CASE WHEN i.fee > 0 THEN 20 ELSE 10 END"
+    )
+    assert disagreeing == 0
     # The kill must have interrupted settlements for this test to mean anything: the jobs the victim
     # held were rescued after their leases expired and settled by the survivor.
     rescued = await pool.fetchval(

@@ -1,0 +1,198 @@
+"""Several running jobs sharing one transaction (jobs/batch.py), each fenced by its own lease."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import pytest
+
+from paymanager.jobs import JobContext, LeaseLostError, PermanentError, Registry, WorkerOptions, enqueue
+from paymanager.jobs.batch import SharedTransactions, complete_all_in, hold_leases
+from tests.integration.jobs.conftest import StartWorker, job_state, wait_until
+
+LOCK_NOWAIT = "SELECT id FROM job WHERE id = $1 FOR UPDATE NOWAIT"
+
+
+class _Rollback(Exception):
+    pass
+
+
+async def _complete_then_roll_back(pool: asyncpg.Pool, ctxs: list[JobContext]) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        await complete_all_in(conn, ctxs)
+        raise _Rollback
+
+
+@pytest.fixture
+async def effects(pool: asyncpg.Pool) -> None:
+    await pool.execute("CREATE TABLE effect (job_id bigint, item text)")
+
+
+async def _noop_progress(ctx: JobContext, pct: float) -> None:
+    del ctx, pct
+
+
+def _context(pool: asyncpg.Pool, row: Any) -> JobContext:
+    return JobContext(
+        id=row["id"], kind=row["kind"], queue=row["queue"], payload=row["payload"], attempt=row["attempt"],
+        max_attempts=5, priority=row["priority"], parent_id=row["parent_id"], lease_token=row["lease_token"],
+        _pool=pool, _on_progress=_noop_progress,
+    )  # fmt: skip
+
+
+async def _running(pool: asyncpg.Pool, count: int) -> list[JobContext]:
+    """`count` jobs claimed as a worker claims them: running, each under its own lease token."""
+    for i in range(count):
+        await enqueue(pool, "pay", {"n": i})
+    rows = await pool.fetch(
+        "UPDATE job SET state = 'running', attempt = attempt + 1, lease_owner = 'first',"
+        " lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute'"
+        " RETURNING *"
+    )
+    return sorted((_context(pool, row) for row in rows), key=lambda ctx: ctx.id)
+
+
+async def _take_lease(pool: asyncpg.Pool, ctx: JobContext) -> None:
+    """What a rescue and a claim by another worker do to a stalled job: a new lease token."""
+    await pool.execute(
+        "UPDATE job SET lease_owner = 'second', lease_token = gen_random_uuid() WHERE id = $1", ctx.id
+    )
+
+
+async def test_hold_leases_locks_the_jobs_still_held_and_marks_the_others_lost(pool: asyncpg.Pool) -> None:
+    ctxs = await _running(pool, 3)
+    await _take_lease(pool, ctxs[1])
+    async with pool.acquire() as conn, conn.transaction():
+        held = await hold_leases(conn, ctxs)
+        assert held == [ctxs[0], ctxs[2]]
+        assert ctxs[1].lease_lost.is_set()
+        assert not ctxs[0].lease_lost.is_set()
+        async with pool.acquire() as other:
+            # The held rows are locked until the shared transaction ends; the lost one is not.
+            with pytest.raises(asyncpg.LockNotAvailableError):
+                await other.fetchval(LOCK_NOWAIT, ctxs[0].id)
+            assert await other.fetchval(LOCK_NOWAIT, ctxs[1].id) == ctxs[1].id
+
+
+async def test_complete_all_in_commits_with_the_transaction_and_not_without(pool: asyncpg.Pool) -> None:
+    ctxs = await _running(pool, 2)
+    with pytest.raises(_Rollback):
+        await _complete_then_roll_back(pool, ctxs)
+    assert [await job_state(pool, ctx.id) for ctx in ctxs] == ["running", "running"]
+    ctxs[0].result = {"paid": 1}
+    async with pool.acquire() as conn, conn.transaction():
+        await complete_all_in(conn, ctxs)
+    assert [await job_state(pool, ctx.id) for ctx in ctxs] == ["completed", "completed"]
+    assert all(ctx.completed_in_transaction for ctx in ctxs)
+    assert await pool.fetchval("SELECT result FROM job WHERE id = $1", ctxs[0].id) == {"paid": 1}
+
+
+async def test_complete_all_in_refuses_a_lost_lease_and_the_transaction_rolls_back(
+    pool: asyncpg.Pool,
+) -> None:
+    ctxs = await _running(pool, 2)
+    await _take_lease(pool, ctxs[1])
+    with pytest.raises(LeaseLostError):
+        async with pool.acquire() as conn, conn.transaction():
+            await complete_all_in(conn, ctxs)
+    assert ctxs[1].lease_lost.is_set()
+    assert [await job_state(pool, ctx.id) for ctx in ctxs] == ["running", "running"]
+
+
+@pytest.mark.usefixtures("effects")
+async def test_shared_transactions_give_each_job_of_a_group_its_own_outcome(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    groups: list[int] = []
+
+    async def work(conn: asyncpg.Connection, items: list[tuple[JobContext, str]]) -> list[str | Exception]:
+        groups.append(len(items))
+        outcomes: list[str | Exception] = []
+        for ctx, item in items:
+            if item == "bad":  # an expected failure of this job alone: it writes nothing
+                outcomes.append(PermanentError("bad item"))
+                continue
+            await conn.execute("INSERT INTO effect VALUES ($1, $2)", ctx.id, item)
+            outcomes.append(item)
+        return outcomes
+
+    committed: list[str] = []
+
+    async def after_commit(results: list[str]) -> None:
+        committed.extend(results)
+
+    shared: SharedTransactions[str, str] = SharedTransactions(
+        pool, work, batch_max=10, batches_in_flight_max=1, after_commit=after_commit
+    )
+    registry = Registry()
+
+    @registry.handler("pay")
+    async def pays(ctx: JobContext) -> None:
+        await shared.run(ctx, str(ctx.payload["item"]))
+
+    items = ["a", "b", "bad", "c", "d", "e"]
+    jobs = [await enqueue(pool, "pay", {"item": item}, max_attempts=1) for item in items]
+    await start_worker(
+        registry, {"default": 10}, WorkerOptions(owner="w", claim_batch_max=10, poll_interval_ms=100)
+    )
+
+    async def all_finished() -> bool:
+        return all([await job_state(pool, job.id) in ("completed", "dead") for job in jobs])
+
+    await wait_until(all_finished)
+    states = [await job_state(pool, job.id) for job in jobs]
+    assert states == ["completed", "completed", "dead", "completed", "completed", "completed"]
+    written = await pool.fetch("SELECT item FROM effect ORDER BY item")
+    assert [r["item"] for r in written] == ["a", "b", "c", "d", "e"]
+    assert max(groups) > 1  # the handlers the worker started together shared a transaction
+    await wait_until(lambda: asyncio.sleep(0, len(committed) == 5))
+    assert sorted(committed) == ["a", "b", "c", "d", "e"]
+
+
+@pytest.mark.usefixtures("effects")
+async def test_a_deadlocked_group_is_rolled_back_and_run_again_once(pool: asyncpg.Pool) -> None:
+    ctxs = await _running(pool, 3)
+    attempts = 0
+
+    async def work(conn: asyncpg.Connection, items: list[tuple[JobContext, str]]) -> list[str | Exception]:
+        nonlocal attempts
+        attempts += 1
+        for ctx, item in items:
+            await conn.execute("INSERT INTO effect VALUES ($1, $2)", ctx.id, item)
+        if attempts == 1:  # as PostgreSQL does when this group and a heartbeat wait on each other
+            raise asyncpg.DeadlockDetectedError("deadlock detected")
+        return [item for _, item in items]
+
+    shared: SharedTransactions[str, str] = SharedTransactions(
+        pool, work, batch_max=10, batches_in_flight_max=1
+    )
+    results = await asyncio.gather(*(shared.run(ctx, f"item {ctx.id}") for ctx in ctxs))
+    assert results == [f"item {ctx.id}" for ctx in ctxs]
+    assert attempts == 2
+    written = await pool.fetch("SELECT job_id FROM effect ORDER BY job_id")
+    assert [r["job_id"] for r in written] == [ctx.id for ctx in ctxs]  # the first attempt left nothing
+    assert [await job_state(pool, ctx.id) for ctx in ctxs] == ["completed"] * 3
+
+
+@pytest.mark.usefixtures("effects")
+async def test_an_error_of_the_group_itself_reaches_every_caller_and_commits_nothing(
+    pool: asyncpg.Pool,
+) -> None:
+    ctxs = await _running(pool, 2)
+
+    async def work(conn: asyncpg.Connection, items: list[tuple[JobContext, str]]) -> list[str | Exception]:
+        for ctx, item in items:
+            await conn.execute("INSERT INTO effect VALUES ($1, $2)", ctx.id, item)
+        await conn.execute("SELECT 1 / 0")  # a statement fails: not one job's outcome
+        return [item for _, item in items]
+
+    shared: SharedTransactions[str, str] = SharedTransactions(
+        pool, work, batch_max=10, batches_in_flight_max=1
+    )
+    outcomes = await asyncio.gather(*(shared.run(ctx, "x") for ctx in ctxs), return_exceptions=True)
+    assert all(isinstance(o, asyncpg.DivisionByZeroError) for o in outcomes)
+    assert await pool.fetchval("SELECT count(*) FROM effect") == 0
+    assert [await job_state(pool, ctx.id) for ctx in ctxs] == ["running", "running"]
+    assert not any(ctx.completed_in_transaction for ctx in ctxs)
