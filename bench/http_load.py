@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,21 @@ class SignedRawClient:
         self._idle.clear()
 
 
+async def open_loop(one: Callable[[int], Coroutine[Any, Any, None]], count: int, per_second: float) -> float:
+    """Start `one(0)` ... `one(count - 1)` on schedule, `per_second` of them a second, whatever the
+    earlier ones are doing (an open loop: a slow server does not slow the arrivals); the seconds
+    taken to send them all and see them finish."""
+    start = time.perf_counter()
+    tasks = []
+    for i in range(count):
+        delay = start + i / per_second - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
+    return time.perf_counter() - start
+
+
 @dataclass(frozen=True)
 class OpenLoopResult:
     rate: int
@@ -141,17 +157,8 @@ async def _intents_open_loop(
         except (OSError, HttpError, asyncio.IncompleteReadError):
             errors += 1
 
-    count = int(rate / 2 * seconds)
     cpu = time.process_time()
-    start = time.perf_counter()
-    tasks = []
-    for i in range(count):
-        delay = start + i * 2 / rate - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(i)))
-    await asyncio.gather(*tasks)
-    sending = time.perf_counter() - start
+    sending = await open_loop(one, int(rate / 2 * seconds), rate / 2)
     cpu_ms = (time.process_time() - cpu) * 1000 / max(len(latencies), 1)
     await client.close()
     latencies.sort()

@@ -37,7 +37,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.http_load import intents_open_loop  # noqa: E402
+from bench.http_load import intents_open_loop, open_loop  # noqa: E402
 from tests.integration.payments.signed_client import SignedClient  # noqa: E402
 from tests.support.processes import PaymanagerProcess, free_port, paymanager_env  # noqa: E402
 
@@ -300,14 +300,7 @@ async def one_rate(
 
     intents = int(rate / 2 * seconds)
     start = time.perf_counter()
-    tasks = []
-    for i in range(intents):
-        delay = start + i * 2 / rate - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(i)))
-    await asyncio.gather(*tasks)
-    sending = time.perf_counter() - start
+    sending = await open_loop(one, intents, rate / 2)
     if settle:
         await drain(pool, before + intents - errors, settled, timeout_s=120)
     elapsed = time.perf_counter() - start
