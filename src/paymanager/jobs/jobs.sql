@@ -68,7 +68,6 @@ WITH done AS (
            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
       FROM unnest($5::bigint[], $6::uuid[], $7::jsonb[]) AS r(id, token, result)
      WHERE job.id = ANY ($5::bigint[]) AND job.id = r.id AND job.lease_token = r.token
-       AND job.state = 'running'
     RETURNING job.id, job.kind, job.queue, job.attempt
 ), notified AS (
     -- `completed` events ($8 true), in chunks of 25 so a payload stays under NOTIFY's 8000 bytes.
@@ -134,7 +133,6 @@ WITH done AS (
            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
       FROM unnest($1::bigint[], $2::uuid[], $3::jsonb[]) AS r(id, token, result)
      WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
-       AND job.state = 'running'
     RETURNING job.id, job.kind, job.queue, job.attempt
 ), notified AS (
     SELECT pg_notify('pm_job_events', json_agg(json_build_object(
