@@ -390,6 +390,18 @@ SELECT pg_notify($1, $2)
 -- name: job_listener_ping
 SELECT 1
 
+-- name: job_session_generic_plans
+-- For the worker's pinned connections (claims and completions), which run the same few statements
+-- thousands of times a second: with small batches (an idle worker's one-job claims) PostgreSQL kept
+-- choosing custom plans and planned the claim statement again on every call, 36% of its backend's
+-- CPU and about 0.4 ms of each claim in a profile. The generic plans are the good ones (an index scan
+-- of the available jobs, updates by primary key; see docs/BENCHMARKS.md). job_session_default_plans
+-- undoes it before the connection goes back to the pool (whose reset keeps session settings).
+SELECT set_config('plan_cache_mode', 'force_generic_plan', false)
+
+-- name: job_session_default_plans
+SELECT set_config('plan_cache_mode', reset_val, false) FROM pg_settings WHERE name = 'plan_cache_mode'
+
 -- name: job_periodic_init
 -- The first sight of a schedule records its current slot without enqueuing (the first run is at the
 -- next slot); no row means the schedule is known already.

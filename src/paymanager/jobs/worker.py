@@ -93,11 +93,13 @@ class Worker:
         self.events = EventPublisher(
             pool, self._options.redis_url, notify_completed=self._options.notify_completed_events
         )
-        self._idle_conns = [PinnedConnection(pool) for _ in range(self._options.claim_pipeline)]
+        self._idle_conns = [
+            PinnedConnection(pool, generic_plans=True) for _ in range(self._options.claim_pipeline)
+        ]
         self._all_conns = list(self._idle_conns)
         self._claims: set[asyncio.Task[None]] = set()
         self._completer = Completer(
-            PinnedConnection(pool),
+            PinnedConnection(pool, generic_plans=True),
             self._options.complete_batch_max,
             self.events,
             self._forget,
