@@ -1,6 +1,7 @@
 """Job engine benchmark: paymanager's engine against PGQueuer, in ONE run on the same PostgreSQL.
 
     .venv/bin/python bench/jobs.py [--jobs 20000] [--retention-jobs 100000] [--skip-retention]
+                                   [--only proc1,proc2,latency] [--loop uvloop|asyncio]
 
 Figures (each printed with PGQueuer's figure from the same run and the ratio):
 - processing N pre-queued no-op jobs with 1 and 2 worker processes (leases, heartbeats, fencing on,
@@ -9,6 +10,9 @@ Figures (each printed with PGQueuer's figure from the same run and the ratio):
 - enqueue-to-start latency of 200 jobs enqueued 20 ms apart into idle workers (p50, p99);
 - peak RSS of a worker process;
 - size of the jobs table after a long run with retention on (printed per round: it must plateau).
+
+Worker processes and the latency producer of both engines run on uvloop (`--loop`), as both
+engines' command-line runners do where it is installed (`paymanager run`, `pgq run`).
 
 Each engine gets its own fresh database on the server (TEST_DATABASE_URL or 127.0.0.1:5432),
 dropped at the end. Worker processes are this script run with `worker ...` arguments; they connect,
@@ -28,8 +32,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -49,12 +53,16 @@ from paymanager.jobs import (
 from paymanager.jobs.maintenance import Maintenance
 from paymanager.jobs.options import MaintenanceOptions
 
+T = TypeVar("T")
 SERVER = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 QUEUE = "bench"
 # Worker processes inherit these through the environment (the A/B knobs of a tuning session).
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "100"))
 PIPELINE = int(os.environ.get("BENCH_PIPELINE", "2"))
 NOTIFY_COMPLETED = os.environ.get("BENCH_NOTIFY_COMPLETED", "1") == "1"
+# The event loop of worker processes and of the latency producer (set by --loop).
+LOOP = os.environ.get("BENCH_LOOP", "uvloop")
+FIGURES = ("bulk", "proc1", "proc2", "single", "latency")
 PGQ_BATCH = 100
 LATENCY_JOBS = 200
 LATENCY_GAP_S = 0.020
@@ -66,6 +74,15 @@ OURS_BUSY = (
     " OR EXISTS (SELECT 1 FROM job WHERE state = 'running')"
 )
 PGQ_BUSY = "SELECT EXISTS (SELECT 1 FROM pgqueuer)"
+
+
+def run_on_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` on the event loop the benchmark was asked for (the same for both engines)."""
+    if os.environ.get("BENCH_LOOP", LOOP) == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
 
 
 def with_database(url: str, name: str) -> str:
@@ -223,10 +240,13 @@ def latency_run(engine: str, dsn: str) -> list[float]:
 
     async def produce() -> None:
         if engine == "ours":
-            pool = await create_pool(dsn, min_size=1, max_size=2)
-            for i in range(LATENCY_JOBS):
-                await enqueue(pool, "latency", {"t": time.time(), "i": i}, queue=QUEUE)
-                await asyncio.sleep(LATENCY_GAP_S)
+            # One connection held throughout, as PGQueuer's producer below: no pool reset between
+            # the enqueues.
+            pool = await create_pool(dsn, min_size=1, max_size=1)
+            async with pool.acquire() as conn:
+                for i in range(LATENCY_JOBS):
+                    await enqueue(conn, "latency", {"t": time.time(), "i": i}, queue=QUEUE)
+                    await asyncio.sleep(LATENCY_GAP_S)
             await pool.close()
         else:
             from pgqueuer.queries import Queries
@@ -238,7 +258,7 @@ def latency_run(engine: str, dsn: str) -> list[float]:
                 await asyncio.sleep(LATENCY_GAP_S)
             await conn.close()
 
-    asyncio.run(produce())
+    run_on_loop(produce())
     (result,) = results([proc])
     return [float(x) for x in result["latencies_ms"]]
 
@@ -335,7 +355,7 @@ def worker_main(engine: str, dsn: str, mode: str) -> None:
     # stdout carries the protocol with the parent; logs go to stderr.
     configure_logging("warning", "json")
     runner = ours_worker if engine == "ours" else pgq_worker
-    result = asyncio.run(runner(dsn, mode))
+    result = run_on_loop(runner(dsn, mode))
     result["rss_kib"] = peak_rss_kib()
     print(json.dumps(result), flush=True)
 
@@ -407,26 +427,52 @@ async def reset(engine: str, dsn: str) -> None:
         await conn.close()
 
 
-def one_round(engine: str, dsn: str, n: int) -> dict[str, float]:
-    """Every figure once for one engine."""
+def one_round(engine: str, dsn: str, n: int, only: set[str]) -> dict[str, float]:
+    """Every figure in `only` once for one engine."""
     bulk = ours_bulk if engine == "ours" else pgq_bulk
     single = ours_singles if engine == "ours" else pgq_singles
     figures: dict[str, float] = {}
-    asyncio.run(reset(engine, dsn))
-    figures["bulk"] = n / asyncio.run(bulk(dsn, n))
     for workers in (1, 2):
-        if workers == 2:
+        if "bulk" in only or f"proc{workers}" in only:
             asyncio.run(reset(engine, dsn))
-            asyncio.run(bulk(dsn, n))
-        seconds, peak = process_run(engine, dsn, workers)
-        figures[f"proc{workers}"] = n / seconds
-        figures["rss"] = max(figures.get("rss", 0.0), peak / 1024)
-    asyncio.run(reset(engine, dsn))
-    figures["single"] = SINGLE_ENQUEUES / asyncio.run(single(dsn, SINGLE_ENQUEUES))
-    latencies = latency_run(engine, dsn)
-    figures["p50"] = percentile(latencies, 50)
-    figures["p99"] = percentile(latencies, 99)
+            seconds = asyncio.run(bulk(dsn, n))
+            figures.setdefault("bulk", n / seconds)
+        if f"proc{workers}" in only:
+            seconds, peak = process_run(engine, dsn, workers)
+            figures[f"proc{workers}"] = n / seconds
+            figures["rss"] = max(figures.get("rss", 0.0), peak / 1024)
+    if "single" in only:
+        asyncio.run(reset(engine, dsn))
+        figures["single"] = SINGLE_ENQUEUES / asyncio.run(single(dsn, SINGLE_ENQUEUES))
+    if "latency" in only:
+        asyncio.run(reset(engine, dsn))
+        latencies = latency_run(engine, dsn)
+        figures["p50"] = percentile(latencies, 50)
+        figures["p99"] = percentile(latencies, 99)
     return figures
+
+
+def report(n: int, rounds: dict[str, list[dict[str, float]]]) -> None:
+    o = {k: statistics.median(f[k] for f in rounds["ours"]) for k in rounds["ours"][0]}
+    p = {k: statistics.median(f[k] for f in rounds["pgq"]) for k in rounds["pgq"][0]}
+    lines = [
+        ("proc1", f"processing {n} jobs, 1 worker process", "jobs/s", True),
+        ("proc2", f"processing {n} jobs, 2 worker processes", "jobs/s", True),
+        ("bulk", f"bulk enqueue of {n} jobs", "jobs/s", True),
+        ("single", f"single enqueues ({SINGLE_ENQUEUES}, own transaction)", "jobs/s", True),
+        ("p50", f"enqueue-to-start latency p50 ({LATENCY_JOBS} jobs)", "ms", False),
+        ("p99", f"enqueue-to-start latency p99 ({LATENCY_JOBS} jobs)", "ms", False),
+        ("rss", "peak RSS of a worker process", "MiB", False),
+    ]
+    for key, label, unit, higher_is_better in lines:
+        if key in o:
+            print(ratio_line(label, o[key], p[key], unit, higher_is_better=higher_is_better))
+    for key in ("proc1", "proc2", "p50"):
+        if key in o:
+            pairs = ", ".join(
+                f"{a[key]:.1f}/{b[key]:.1f}" for a, b in zip(rounds["ours"], rounds["pgq"], strict=True)
+            )
+            print(f"  {key} per round (paymanager/PGQueuer): {pairs}")
 
 
 def bench(args: argparse.Namespace) -> None:
@@ -434,10 +480,13 @@ def bench(args: argparse.Namespace) -> None:
 
     configure_logging("warning", "json")
     n = args.jobs
+    only = set(args.only.split(","))
+    if unknown := only - set(FIGURES):
+        raise SystemExit(f"--only: unknown figures {sorted(unknown)}; choose from {', '.join(FIGURES)}")
     print(
         f"# job engine benchmark: {n} jobs, concurrency {CONCURRENCY} per worker process "
         f"(PGQueuer batch {PGQ_BATCH}), {args.rounds} interleaved rounds, median shown; "
-        f"PostgreSQL at {urlsplit(SERVER).netloc}"
+        f"workers on {os.environ['BENCH_LOOP']}; PostgreSQL at {urlsplit(SERVER).netloc}"
     )
     created: list[str] = []
     try:
@@ -447,33 +496,8 @@ def bench(args: argparse.Namespace) -> None:
         for r in range(args.rounds):
             # Alternate which engine goes first: the machine's load drifts during a run.
             for engine in ("ours", "pgq") if r % 2 == 0 else ("pgq", "ours"):
-                rounds[engine].append(one_round(engine, dsns[engine], n))
-        o = {k: statistics.median(f[k] for f in rounds["ours"]) for k in rounds["ours"][0]}
-        p = {k: statistics.median(f[k] for f in rounds["pgq"]) for k in rounds["pgq"][0]}
-        print(ratio_line(f"processing {n} jobs, 1 worker process", o["proc1"], p["proc1"], "jobs/s"))
-        print(ratio_line(f"processing {n} jobs, 2 worker processes", o["proc2"], p["proc2"], "jobs/s"))
-        print(ratio_line(f"bulk enqueue of {n} jobs", o["bulk"], p["bulk"], "jobs/s"))
-        print(
-            ratio_line(
-                f"single enqueues ({SINGLE_ENQUEUES}, own transaction)", o["single"], p["single"], "jobs/s"
-            )
-        )
-        print(
-            ratio_line(
-                "enqueue-to-start latency p50 (200 jobs)", o["p50"], p["p50"], "ms", higher_is_better=False
-            )
-        )
-        print(
-            ratio_line(
-                "enqueue-to-start latency p99 (200 jobs)", o["p99"], p["p99"], "ms", higher_is_better=False
-            )
-        )
-        print(ratio_line("peak RSS of a worker process", o["rss"], p["rss"], "MiB", higher_is_better=False))
-        for key in ("proc1", "proc2"):
-            pairs = ", ".join(
-                f"{a[key]:.0f}/{b[key]:.0f}" for a, b in zip(rounds["ours"], rounds["pgq"], strict=True)
-            )
-            print(f"  {key} per round (paymanager/PGQueuer jobs/s): {pairs}")
+                rounds[engine].append(one_round(engine, dsns[engine], n, only))
+        report(n, rounds)
         if not args.skip_retention:
             dsn = asyncio.run(create_database("ours"))
             created.append(dsn)
@@ -499,7 +523,14 @@ def main() -> None:
     parser.add_argument("--retention-jobs", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-retention", action="store_true")
-    bench(parser.parse_args())
+    parser.add_argument(
+        "--only", default=",".join(FIGURES), help=f"figures to measure, comma-separated: {', '.join(FIGURES)}"
+    )
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default=LOOP, help="worker processes' loop")
+    args = parser.parse_args()
+    # Worker processes read it from the environment they inherit.
+    os.environ["BENCH_LOOP"] = args.loop
+    bench(args)
 
 
 if __name__ == "__main__":

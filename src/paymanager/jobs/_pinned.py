@@ -3,6 +3,9 @@
 Borrowing per statement costs a round trip each time: asyncpg resets a connection (UNLISTEN, RESET
 ALL, ...) when it goes back to the pool. The claim and completion loops run thousands of statements a
 second, so each keeps one connection; a connection that breaks is dropped and replaced on next use.
+
+With `generic_plans`, the connection plans each statement once (`job_session_generic_plans`); the
+setting is undone before the connection goes back to the pool, whose reset keeps session settings.
 """
 
 from __future__ import annotations
@@ -14,18 +17,32 @@ from typing import Any
 import asyncpg
 
 from paymanager.db.pool import Pool
+from paymanager.jobs._queries import Q
 
 BROKEN = (asyncpg.InterfaceError, asyncpg.exceptions.ConnectionDoesNotExistError, OSError, TimeoutError)
 
 
 class PinnedConnection:
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, *, generic_plans: bool = False) -> None:
         self._pool = pool
+        self._generic_plans = generic_plans
         self._conn: Any = None
+
+    async def _acquire(self) -> Any:
+        conn = await self._pool.acquire()
+        if self._generic_plans:
+            try:
+                await conn.execute(Q["job_session_generic_plans"])
+            except BaseException:
+                conn.terminate()
+                with contextlib.suppress(Exception):
+                    await self._pool.release(conn)
+                raise
+        return conn
 
     async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
         if self._conn is None:
-            self._conn = await self._pool.acquire()
+            self._conn = await self._acquire()
         try:
             rows: list[asyncpg.Record] = await self._conn.fetch(query, *args)
         except (*BROKEN, asyncio.CancelledError):
@@ -40,6 +57,12 @@ class PinnedConnection:
             return
         if terminate:
             conn.terminate()
+        elif self._generic_plans:
+            try:
+                await conn.execute(Q["job_session_default_plans"])
+            except Exception:
+                # A connection that cannot take the setting back must not serve anyone else.
+                conn.terminate()
         with contextlib.suppress(Exception):
             await self._pool.release(conn)
 

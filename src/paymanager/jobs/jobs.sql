@@ -61,14 +61,16 @@ RETURNING id
 -- each queue $1[i], up to $2[i] available jobs (paused queues excluded) for owner $3, each with a
 -- fresh lease token and a lease of $4 ms. Returns claimed rows (`claimed` true) and the ids of the
 -- completed ones (`claimed` false). `id = ANY(ARRAY(...))` makes the planner update by primary key;
--- a join on the CTE let it hash-join a scan of the whole table.
+-- a join on the CTE let it hash-join a scan of the whole table. A completion matches on id and lease
+-- token only: a token is held by a running job alone (CHECK job_lease_iff_running), and with
+-- `state = 'running'` in the condition the generic plan AND-ed a bitmap of the whole running-lease
+-- index into each row's primary-key probe (a quarter of the database's CPU in a profile).
 WITH done AS (
     UPDATE job
        SET state = 'completed', finalized_at = now(), result = r.result,
            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
       FROM unnest($5::bigint[], $6::uuid[], $7::jsonb[]) AS r(id, token, result)
      WHERE job.id = ANY ($5::bigint[]) AND job.id = r.id AND job.lease_token = r.token
-       AND job.state = 'running'
     RETURNING job.id, job.kind, job.queue, job.attempt
 ), notified AS (
     -- `completed` events ($8 true), in chunks of 25 so a payload stays under NOTIFY's 8000 bytes.
@@ -127,14 +129,13 @@ SELECT q.queue, count(*) AS n, pg_notify('pm_job_available', q.queue)
 
 -- name: job_complete_many
 -- Completes jobs still held under the given lease tokens; returns those completed, with their
--- `completed` events published ($4 true) as in job_claim_batch.
+-- `completed` events published ($4 true) as in job_claim_batch (which says why `state` is left out).
 WITH done AS (
     UPDATE job
        SET state = 'completed', finalized_at = now(), result = r.result,
            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
       FROM unnest($1::bigint[], $2::uuid[], $3::jsonb[]) AS r(id, token, result)
      WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
-       AND job.state = 'running'
     RETURNING job.id, job.kind, job.queue, job.attempt
 ), notified AS (
     SELECT pg_notify('pm_job_events', json_agg(json_build_object(
@@ -388,6 +389,18 @@ SELECT pg_notify($1, $2)
 
 -- name: job_listener_ping
 SELECT 1
+
+-- name: job_session_generic_plans
+-- For the worker's pinned connections (claims and completions), which run the same few statements
+-- thousands of times a second: with small batches (an idle worker's one-job claims) PostgreSQL kept
+-- choosing custom plans and planned the claim statement again on every call, 36% of its backend's
+-- CPU and about 0.4 ms of each claim in a profile. The generic plans are the good ones (an index scan
+-- of the available jobs, updates by primary key; see docs/BENCHMARKS.md). job_session_default_plans
+-- undoes it before the connection goes back to the pool (whose reset keeps session settings).
+SELECT set_config('plan_cache_mode', 'force_generic_plan', false)
+
+-- name: job_session_default_plans
+SELECT set_config('plan_cache_mode', reset_val, false) FROM pg_settings WHERE name = 'plan_cache_mode'
 
 -- name: job_periodic_init
 -- The first sight of a schedule records its current slot without enqueuing (the first run is at the

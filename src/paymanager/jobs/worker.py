@@ -93,11 +93,13 @@ class Worker:
         self.events = EventPublisher(
             pool, self._options.redis_url, notify_completed=self._options.notify_completed_events
         )
-        self._idle_conns = [PinnedConnection(pool) for _ in range(self._options.claim_pipeline)]
+        self._idle_conns = [
+            PinnedConnection(pool, generic_plans=True) for _ in range(self._options.claim_pipeline)
+        ]
         self._all_conns = list(self._idle_conns)
         self._claims: set[asyncio.Task[None]] = set()
         self._completer = Completer(
-            PinnedConnection(pool),
+            PinnedConnection(pool, generic_plans=True),
             self._options.complete_batch_max,
             self.events,
             self._forget,
@@ -164,6 +166,9 @@ class Worker:
         if queue in self._limits:
             self._maybe_work[queue] = True
             self._notified[queue] += 1
+            # Claim from the notification itself: waking the fetch loop first costs event-loop turns
+            # on the enqueue-to-start path (an idle worker's latency).
+            self._launch_claim()
             self._wake.set()
 
     def _on_cancel(self, payload: str) -> None:
@@ -191,12 +196,7 @@ class Worker:
                 await self._poll_tick()
                 next_poll = time.monotonic() + poll_s
             self._wake.clear()
-            if self._idle_conns and self._should_claim():
-                queues, wanted = self._reserve()
-                conn = self._idle_conns.pop()
-                task = asyncio.create_task(self._claim(conn, queues, wanted))
-                self._claims.add(task)
-                task.add_done_callback(self._claim_done)
+            if self._launch_claim():
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, next_poll - time.monotonic()))
@@ -211,6 +211,17 @@ class Worker:
             await self._pool.fetch(Q["job_promote_due"], None, self._options.promote_batch_max)
         except DB_ERRORS as exc:
             log.warning("promoting due jobs failed", error=str(exc))
+
+    def _launch_claim(self) -> bool:
+        """Start one claim if a connection is idle and a claim is worth a round trip."""
+        if self._stopping or not self._idle_conns or not self._should_claim():
+            return False
+        queues, wanted = self._reserve()
+        conn = self._idle_conns.pop()
+        task = asyncio.create_task(self._claim(conn, queues, wanted))
+        self._claims.add(task)
+        task.add_done_callback(self._claim_done)
+        return True
 
     def _claim_done(self, task: asyncio.Task[None]) -> None:
         self._claims.discard(task)
