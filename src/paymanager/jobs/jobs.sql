@@ -176,7 +176,7 @@ UPDATE job
        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
   FROM unnest($1::bigint[], $2::uuid[], $3::job_state[], $4::bigint[], $5::jsonb[], $6::boolean[])
        AS r(id, token, state, delay_ms, error, spent)
- WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
+ WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
 RETURNING job.id, job.queue, job.kind, job.state, job.attempt
 
 -- name: job_heartbeat_many
@@ -184,7 +184,7 @@ RETURNING job.id, job.queue, job.kind, job.state, job.attempt
 UPDATE job
    SET lease_expires_at = now() + make_interval(secs => $3::bigint / 1000.0)
   FROM unnest($1::bigint[], $2::uuid[]) AS r(id, token)
- WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
+ WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
 RETURNING job.id, job.cancel_requested
 
 -- name: job_release_many
@@ -424,11 +424,12 @@ VACUUM (ANALYZE) job
 -- name: job_hold_leases_many
 -- Locks, in id order, the running jobs of $1 still held under the lease tokens $2 (batch.py): a job
 -- returned cannot lose its lease before the caller's transaction ends (the rescuer skips locked rows;
--- a heartbeat or a cancel waits). A job missing lost its lease.
+-- a heartbeat or a cancel waits). A job missing lost its lease. Only a running job holds a lease token
+-- (CHECK job_lease_iff_running), so `state` is left out, as in job_claim_batch says why.
 SELECT job.id
   FROM job
   JOIN unnest($1::bigint[], $2::uuid[]) AS r(id, token) ON job.id = r.id
- WHERE job.id = ANY ($1::bigint[]) AND job.lease_token = r.token AND job.state = 'running'
+ WHERE job.id = ANY ($1::bigint[]) AND job.lease_token = r.token
  ORDER BY job.id
    FOR UPDATE OF job
 
@@ -439,5 +440,5 @@ UPDATE job
    SET state = 'completed', finalized_at = now(), result = r.result,
        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
   FROM unnest($1::bigint[], $2::uuid[], $3::jsonb[]) AS r(id, token, result)
- WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token AND job.state = 'running'
+ WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
 RETURNING job.id
