@@ -425,7 +425,7 @@ VACUUM (ANALYZE) job
 -- Locks, in id order, the running jobs of $1 still held under the lease tokens $2 (batch.py): a job
 -- returned cannot lose its lease before the caller's transaction ends (the rescuer skips locked rows;
 -- a heartbeat or a cancel waits). A job missing lost its lease. Only a running job holds a lease token
--- (CHECK job_lease_iff_running), so `state` is left out, as in job_claim_batch says why.
+-- (CHECK job_lease_iff_running), so `state` is left out, as job_claim_batch explains.
 SELECT job.id
   FROM job
   JOIN unnest($1::bigint[], $2::uuid[]) AS r(id, token) ON job.id = r.id

@@ -4,6 +4,7 @@ is still settled exactly once: one settlement row each, and ledger balances that
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import uuid
 
@@ -79,6 +80,20 @@ async def _wait_settled(pool: asyncpg.Pool, at_least: int, timeout_s: float) -> 
     return settled
 
 
+async def _wait_holding(pool: asyncpg.Pool, process: PaymanagerProcess, timeout_s: float) -> bool:
+    """Whether `process` was seen holding running settlement jobs within `timeout_s`."""
+    owner = f"{socket.gethostname()}.{process.proc.pid}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        held = await pool.fetchval(
+            "SELECT count(*) FROM job WHERE state = 'running' AND lease_owner = $1", owner
+        )
+        if held:
+            return True
+        await asyncio.sleep(0.002)
+    return False
+
+
 async def test_killed_worker_does_not_make_any_intent_settle_twice(
     pool: asyncpg.Pool, database_url: str
 ) -> None:
@@ -95,7 +110,10 @@ async def test_killed_worker_does_not_make_any_intent_settle_twice(
     victim, survivor = PaymanagerProcess(env), PaymanagerProcess(env)
     try:
         assert await _wait_settled(pool, INTENTS // 4, timeout_s=60) >= INTENTS // 4, victim.output
-        victim.kill()  # SIGKILL: its running jobs keep their leases until they expire
+        # SIGKILL while the victim holds running jobs (settlement is fast enough that a kill at a
+        # random moment can find it between groups): they keep their leases until they expire.
+        assert await _wait_holding(pool, victim, timeout_s=60), victim.output
+        victim.kill()
         settled = await _wait_settled(pool, INTENTS, timeout_s=120)
         assert settled == INTENTS, survivor.output[-3000:]
     finally:
