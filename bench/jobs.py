@@ -57,7 +57,9 @@ T = TypeVar("T")
 SERVER = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 QUEUE = "bench"
 # Worker processes inherit these through the environment (the A/B knobs of a tuning session).
-CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "100"))
+# Concurrency 200 with the pipeline of 2 claims makes claims of up to 100 jobs: the same batch as
+# PGQueuer's `batch_size=100` (PGQ_BATCH). Runs before 2026-11-29 13:00 used 100 (claims of 50).
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "200"))
 PIPELINE = int(os.environ.get("BENCH_PIPELINE", "2"))
 NOTIFY_COMPLETED = os.environ.get("BENCH_NOTIFY_COMPLETED", "1") == "1"
 # The event loop of worker processes and of the latency producer (set by --loop).
