@@ -3,8 +3,10 @@
 A batch costs a fixed number of round trips whatever its size: `BEGIN`; one call of the function
 `ledger_batch_load` that locks every touched account once, in id order (those named by the events
 and those of the pending transfers they post or void), then reads the transfers, pending states and
-failed ids the batch refers to; the events are applied in memory (`_batch.BatchState`); one
-statement of `unnest`ed arrays writes transfers, balances, pending states and burned ids; `COMMIT`.
+failed ids the batch refers to; the events are applied in memory (`_batch.BatchState`); one call
+of the function `ledger_batch_write` (migration 0202) writes transfers, balances, pending states and
+burned ids from `unnest`ed arrays; `COMMIT`. Both functions run on generic plans pinned to index
+lookups, made once per connection, whatever the batch size or the size of the tables.
 Locking in id order makes concurrent batches wait for each other instead of deadlocking, and is
 what keeps a `debits_must_not_exceed_credits` account from going negative under concurrency; the
 schema's CHECK constraints enforce the same limits a second time.
