@@ -79,10 +79,6 @@ def _uuid(value: int) -> str:
     return f"{value:032x}"
 
 
-def _opt_uuid(value: int) -> str | None:
-    return f"{value:032x}" if value else None
-
-
 # Array parameters travel as one text literal each ('{...}', cast to the array type in SQL): a
 # join of formatted numbers costs a fraction of asyncpg's binary array encoder, which checks every
 # element's type in Python. Every element is a number or a name of ours, so nothing needs quoting.
