@@ -13,7 +13,9 @@ Creates a fresh database on BENCH_DATABASE_URL's server (default: the local Post
   - the naive baseline: one transaction per transfer with an UPDATE per account and an INSERT.
 Rounds interleave every scenario with the baseline, so that load from elsewhere on the machine hits
 all of them alike; the figures are medians. Prints transfers/s and the ratios the goals of issue 4
-are stated in.
+are stated in, and for the one-client scenarios the CPU time per transfer of this process and of the
+server's backends (read from /proc, so only when the server runs on this machine): on a machine
+shared with other work, CPU time per transfer is steadier than transfers/s.
 """
 
 from __future__ import annotations
@@ -53,6 +55,28 @@ class Ids:
     def take(self) -> int:
         self.next += 1
         return self.next
+
+
+class CpuMeter:
+    """CPU seconds used by this process and by the server backends of the benchmark database."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.ticks_per_s = os.sysconf("SC_CLK_TCK")
+
+    async def read(self) -> tuple[float, float | None]:
+        pids = [r[0] for r in await self.pool.fetch(NAIVE["bench_backend_pids"])]
+        return time.process_time(), self.server_seconds(pids)
+
+    def server_seconds(self, pids: list[int]) -> float | None:
+        server = 0.0
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                return None  # the server runs elsewhere
+            server += (int(fields[11]) + int(fields[12])) / self.ticks_per_s  # utime + stime
+        return server
 
 
 def make_transfers(ids: Ids, count: int, hot: bool, rng: random.Random) -> list[Transfer]:
@@ -134,15 +158,24 @@ async def one_round(
     ids: Ids,
     total: int,
     rng: random.Random,
+    cpu: dict[str, list[tuple[float, float | None]]],
 ) -> dict[str, float]:
-    """Every scenario once, the baseline in between, so that load from elsewhere hits all alike."""
+    """Every scenario once, the baseline in between, so that load from elsewhere hits all alike.
+
+    Appends to `cpu` the CPU seconds per transfer (client, server) of each one-client scenario."""
+    meter = CpuMeter(pool)
     figures: dict[str, float] = {}
     figures["naive"] = await run_naive(pool, make_transfers(ids, max(200, total // 20), False, rng))
     for hot, size in SCENARIOS:
         count = max(200, total // 20) if size == 1 else total
-        figures[scenario_name(hot, size)] = await run_batches(
-            ledger, make_transfers(ids, count, hot, rng), size
-        )
+        transfers = make_transfers(ids, count, hot, rng)
+        client_before, server_before = await meter.read()
+        figures[scenario_name(hot, size)] = await run_batches(ledger, transfers, size)
+        client_after, server_after = await meter.read()
+        server = None
+        if server_before is not None and server_after is not None:
+            server = (server_after - server_before) / count
+        cpu.setdefault(scenario_name(hot, size), []).append(((client_after - client_before) / count, server))
     for hot in (False, True):
         name = f"4 clients x {scenario_name(hot, 100)}"
         figures[name] = await run_parallel_batches(plain, make_transfers(ids, total, hot, rng), 100, 4)
@@ -166,8 +199,9 @@ async def bench(total: int, rounds: int, url: str) -> None:
     await run_batches(ledger, make_transfers(ids, 2000, False, rng), 100)
     await run_naive(pool, make_transfers(ids, 300, False, rng))
     results: dict[str, list[float]] = {}
+    cpu: dict[str, list[tuple[float, float | None]]] = {}
     for _ in range(rounds):
-        for name, value in (await one_round(ledger, plain, pool, ids, total, rng)).items():
+        for name, value in (await one_round(ledger, plain, pool, ids, total, rng, cpu)).items():
             results.setdefault(name, []).append(value)
     verification = await ledger.verify()
     await pool.close()
@@ -186,7 +220,25 @@ async def bench(total: int, rounds: int, url: str) -> None:
         print(f"  hot / random, batch {size:<5}        {ratio:>6.2f}x  (goal >= 0.5x)")
     ratio = median["4 clients x hot batch 100"] / median["4 clients x random batch 100"]
     print(f"  hot / random, 4 clients x 100    {ratio:>6.2f}x  (concurrent batches wait on the hot account)")
+    print_cpu(cpu)
     print(f"ledger verify after the run: {'ok' if verification.ok else verification.violations}")
+
+
+def print_cpu(cpu: dict[str, list[tuple[float, float | None]]]) -> None:
+    print()
+    print("CPU per transfer, one client (median of rounds): client + server backends")
+    for name, values in cpu.items():
+        client_us = statistics.median(c for c, _ in values) * 1e6
+        servers = [s for _, s in values if s is not None]
+        if not servers:
+            print(f"  {name:<32} client {client_us:7.1f} us   server: not on this machine")
+            continue
+        server_us = statistics.median(servers) * 1e6
+        total_us = client_us + server_us
+        print(
+            f"  {name:<32} client {client_us:7.1f} us + server {server_us:7.1f} us"
+            f" = {total_us:7.1f} us  ({1e6 / total_us:>9,.0f} transfers per CPU-second)"
+        )
 
 
 async def main() -> None:

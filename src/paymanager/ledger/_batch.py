@@ -75,6 +75,9 @@ Balances = tuple[int, int, int, int]
 
 _MISSING: Any = object()
 
+# A dict lookup instead of `CreateTransferResult(code)`, whose enum call cost a microsecond per event.
+_TRANSFER_RESULTS_BY_CODE = {int(r): r for r in CreateTransferResult}
+
 
 @dataclass(slots=True)
 class PendingState:
@@ -220,7 +223,8 @@ class BatchState:
         codes = _apply_chains(
             self, events, apply_one, int(TR.linked_event_failed), int(TR.linked_event_chain_open), ends
         )
-        return [TransferEventResult(ts, TR(code)) for code, ts in codes]
+        by_code = _TRANSFER_RESULTS_BY_CODE
+        return [TransferEventResult(ts, by_code[code]) for code, ts in codes]
 
     def _create_transfer(self, t: Transfer, timestamp: int) -> tuple[CreateTransferResult, int]:
         if t.timestamp != 0:

@@ -32,34 +32,24 @@ SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_12
 -- name: batch_load
 -- Locks and reads what a batch touches (see the function ledger_batch_load in migration 0200):
 -- $1 account ids of the events, $2 pending ids they post or void, $3 their own ids.
-SELECT * FROM ledger_batch_load($1::uuid[], $2::uuid[], $3::uuid[]);
+-- The arrays arrive as text literals (see `_uuids` in postgres.py): cheaper to build than binary arrays.
+SELECT * FROM ledger_batch_load($1::text::uuid[], $2::text::uuid[], $3::text::uuid[]);
 
 -- name: batch_write
--- Everything a batch changes, in one statement: new transfers, new balances of the touched
--- accounts (one row each), new or resolved pending states, and ids burned by transient failures.
-WITH new_transfer AS (
-    INSERT INTO ledger_transfer (id, debit_account_id, credit_account_id, amount, pending_id, user_data_128,
-                                 user_data_64, user_data_32, timeout, ledger, code, flags, timestamp)
-    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bigint[], $5::uuid[], $6::uuid[],
-                         $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::int[], $12::int[],
-                         $13::bigint[])
-), new_balance AS (
-    UPDATE ledger_account AS a
-       SET debits_pending = b.debits_pending, debits_posted = b.debits_posted,
-           credits_pending = b.credits_pending, credits_posted = b.credits_posted
-      FROM unnest($14::uuid[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[])
-           AS b (id, debits_pending, debits_posted, credits_pending, credits_posted)
-     WHERE a.id = b.id
-), pending_state AS (
-    INSERT INTO ledger_pending AS p (id, debit_account_id, credit_account_id, amount, state, expires_at)
-    SELECT * FROM unnest($19::uuid[], $20::uuid[], $21::uuid[], $22::bigint[], $23::text[], $24::bigint[])
-        ON CONFLICT (id) DO UPDATE SET state = excluded.state
-), failed AS (
-    INSERT INTO ledger_transfer_failed (id, result, timestamp)
-    SELECT * FROM unnest($25::uuid[], $26::text[], $27::bigint[])
-        ON CONFLICT (id) DO NOTHING
-)
-SELECT 1;
+-- Everything a batch changes (see the function ledger_batch_write in migration 0202): $1-$13 new
+-- transfers, $14-$18 new balances of the touched accounts, $19-$24 new or resolved pending states,
+-- $25-$27 ids burned by transient failures. Every array arrives as one text literal ('{a,b,...}',
+-- built by postgres.py): asyncpg's binary array encoder checks each element's type in Python, which
+-- cost a fifth of a batch's client time.
+SELECT ledger_batch_write(
+    $1::text::uuid[], $2::text::uuid[], $3::text::uuid[], $4::text::bigint[], $5::text::uuid[],
+    $6::text::uuid[], $7::text::bigint[], $8::text::bigint[], $9::text::bigint[], $10::text::bigint[],
+    $11::text::int[], $12::text::int[], $13::text::bigint[],
+    $14::text::uuid[], $15::text::bigint[], $16::text::bigint[], $17::text::bigint[], $18::text::bigint[],
+    $19::text::uuid[], $20::text::uuid[], $21::text::uuid[], $22::text::bigint[], $23::text::text[],
+    $24::text::bigint[],
+    $25::text::uuid[], $26::text::text[], $27::text::bigint[]
+);
 
 -- name: pending_expired_candidates
 -- Pending transfers whose timeout passed at $1 (nanoseconds), oldest first, at most $2.

@@ -3,8 +3,10 @@
 A batch costs a fixed number of round trips whatever its size: `BEGIN`; one call of the function
 `ledger_batch_load` that locks every touched account once, in id order (those named by the events
 and those of the pending transfers they post or void), then reads the transfers, pending states and
-failed ids the batch refers to; the events are applied in memory (`_batch.BatchState`); one
-statement of `unnest`ed arrays writes transfers, balances, pending states and burned ids; `COMMIT`.
+failed ids the batch refers to; the events are applied in memory (`_batch.BatchState`); one call
+of the function `ledger_batch_write` (migration 0202) writes transfers, balances, pending states and
+burned ids from `unnest`ed arrays; `COMMIT`. Both functions run on generic plans pinned to index
+lookups, made once per connection, whatever the batch size or the size of the tables.
 Locking in id order makes concurrent batches wait for each other instead of deadlocking, and is
 what keeps a `debits_must_not_exceed_credits` account from going negative under concurrency; the
 schema's CHECK constraints enforce the same limits a second time.
@@ -16,7 +18,7 @@ import asyncio
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -77,8 +79,30 @@ def _uuid(value: int) -> str:
     return f"{value:032x}"
 
 
-def _opt_uuid(value: int) -> str | None:
-    return f"{value:032x}" if value else None
+# Array parameters travel as one text literal each ('{...}', cast to the array type in SQL): a
+# join of formatted numbers costs a fraction of asyncpg's binary array encoder, which checks every
+# element's type in Python. Every element is a number or a name of ours, so nothing needs quoting.
+def _uuids(values: Iterable[int]) -> str:
+    return "{" + ",".join([f"{v:032x}" for v in values]) + "}"
+
+
+def _opt_uuids(values: Iterable[int]) -> str:
+    """Zero (no id) becomes NULL."""
+    return "{" + ",".join([f"{v:032x}" if v else "NULL" for v in values]) + "}"
+
+
+def _ints(values: Iterable[int]) -> str:
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _opt_ints(values: Iterable[int]) -> str:
+    """Zero (none) becomes NULL."""
+    return "{" + ",".join([str(v) if v else "NULL" for v in values]) + "}"
+
+
+def _names(values: list[str]) -> str:
+    assert all(v.isidentifier() for v in values), values
+    return "{" + ",".join(values) + "}"
 
 
 def _i64(value: int) -> int:
@@ -104,6 +128,11 @@ def _transfer_from_row(r: Any) -> Transfer:
 
 def _valid_ids(ids: Any) -> list[str]:
     return [_uuid(i) for i in ids if 0 < i < U128_MAX]
+
+
+def _valid_uuids(ids: Iterable[int]) -> str:
+    """`_valid_ids` as one text literal."""
+    return _uuids([i for i in ids if 0 < i < U128_MAX])
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,7 +482,7 @@ async def _load_batch(conn: Conn, account_ids: set[int], pending_ids: set[int], 
     """Lock the accounts and read the transfers a batch touches, in one round trip."""
     state = BatchState()
     rows = await conn.fetch(
-        Q["batch_load"], _valid_ids(account_ids), _valid_ids(pending_ids), _valid_ids(ids)
+        Q["batch_load"], _valid_uuids(account_ids), _valid_uuids(pending_ids), _valid_uuids(ids)
     )
     for r in rows:
         kind = r[0]
@@ -488,33 +517,33 @@ async def _write(conn: Conn, state: BatchState, timestamp: int) -> None:
     pending_transfers = [state.transfers[i] for i in pending]
     await conn.execute(
         Q["batch_write"],
-        [_uuid(t.id) for t in created],
-        [_uuid(t.debit_account_id) for t in created],
-        [_uuid(t.credit_account_id) for t in created],
-        [t.amount for t in created],
-        [_opt_uuid(t.pending_id) for t in created],
-        [_uuid(t.user_data_128) for t in created],
-        [_i64(t.user_data_64) for t in created],
-        [t.user_data_32 for t in created],
-        [t.timeout for t in created],
-        [t.ledger for t in created],
-        [t.code for t in created],
-        [int(t.flags) for t in created],
-        [t.timestamp for t in created],
-        [_uuid(i) for i in changed],
-        [b[0] for b in balances],
-        [b[1] for b in balances],
-        [b[2] for b in balances],
-        [b[3] for b in balances],
-        [_uuid(t.id) for t in pending_transfers],
-        [_uuid(t.debit_account_id) for t in pending_transfers],
-        [_uuid(t.credit_account_id) for t in pending_transfers],
-        [t.amount for t in pending_transfers],
-        [state.pending[t.id].state for t in pending_transfers],
-        [state.pending[t.id].expires_at or None for t in pending_transfers],
-        [_uuid(i) for i in failed],
-        [state.failed[i].name for i in failed],
-        [timestamp] * len(failed),
+        _uuids([t.id for t in created]),
+        _uuids([t.debit_account_id for t in created]),
+        _uuids([t.credit_account_id for t in created]),
+        _ints([t.amount for t in created]),
+        _opt_uuids([t.pending_id for t in created]),
+        _uuids([t.user_data_128 for t in created]),
+        _ints([_i64(t.user_data_64) for t in created]),
+        _ints([t.user_data_32 for t in created]),
+        _ints([t.timeout for t in created]),
+        _ints([t.ledger for t in created]),
+        _ints([t.code for t in created]),
+        _ints([t.flags for t in created]),
+        _ints([t.timestamp for t in created]),
+        _uuids(changed),
+        _ints([b[0] for b in balances]),
+        _ints([b[1] for b in balances]),
+        _ints([b[2] for b in balances]),
+        _ints([b[3] for b in balances]),
+        _uuids([t.id for t in pending_transfers]),
+        _uuids([t.debit_account_id for t in pending_transfers]),
+        _uuids([t.credit_account_id for t in pending_transfers]),
+        _ints([t.amount for t in pending_transfers]),
+        _names([state.pending[t.id].state for t in pending_transfers]),
+        _opt_ints([state.pending[t.id].expires_at for t in pending_transfers]),
+        _uuids(failed),
+        _names([state.failed[i].name for i in failed]),
+        _ints([timestamp] * len(failed)),
     )
 
 

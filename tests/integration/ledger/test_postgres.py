@@ -150,3 +150,40 @@ async def test_racing_batches_with_one_id_and_different_accounts_create_it_once(
         got = sorted(r[0].result.name for r in outcomes)
         assert got == ["created", "exists_with_different_debit_account_id"]
     assert (await ledger.verify()).ok
+
+
+async def test_batch_load_stays_on_the_indexes_after_ledger_transfer_grows(pool: asyncpg.Pool) -> None:
+    """The plans a connection caches for ledger_batch_load while the tables are small must not
+    scan them once they have grown (it did: a cached hash join over a sequential scan of
+    ledger_transfer made every batch's cost grow with the table until the next ANALYZE)."""
+    ledger = PostgresLedger(pool, coalesce=False)
+    await make_accounts(ledger, 1, 2)
+    plans: list[str] = []
+    async with pool.acquire() as conn:
+        next_id = 1000
+        # Enough calls on one connection, while ledger_transfer is nearly empty, for PL/pgSQL to
+        # settle on generic plans; then grow the table well past what those plans were made for.
+        for size in [1] * 8 + [1000] * 3:
+            batch = [Transfer(next_id + i, 1, 2, 1, ledger=1, code=1) for i in range(size)]
+            next_id += size
+            assert all(r.ok for r in await ledger.create_transfers(batch, conn=conn))
+        await conn.execute(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;"
+            " SET auto_explain.log_nested_statements = on; SET client_min_messages = log"
+        )
+
+        def listener(_: object, message: asyncpg.PostgresLogMessage) -> None:
+            plans.append(message.message)
+
+        conn.add_log_listener(listener)
+        try:
+            batch = [Transfer(next_id + i, 1, 2, 1, ledger=1, code=1) for i in range(10)]
+            assert all(r.ok for r in await ledger.create_transfers(batch, conn=conn))
+            await asyncio.sleep(0)  # deliver the log messages
+        finally:
+            conn.remove_log_listener(listener)
+            await conn.execute("RESET ALL")
+    load_plans = [p for p in plans if "ledger_transfer AS t" in p]
+    assert load_plans, plans
+    assert all("Index Scan using ledger_transfer_pkey" in p for p in load_plans), load_plans
+    assert not any("Seq Scan on ledger_transfer" in p for p in plans), plans
