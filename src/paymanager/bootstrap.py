@@ -197,6 +197,7 @@ def worker_options(runtime: Runtime) -> Any:
         heartbeat_interval_ms=settings.job_heartbeat_interval_ms,
         poll_interval_ms=settings.outbox_interval_ms,
         claim_batch_max=settings.outbox_batch_size,
+        claim_cooldown_ms=settings.outbox_claim_cooldown_ms,
         redis_url=settings.redis_url.get_secret_value() if settings.redis_url else None,
     )
 

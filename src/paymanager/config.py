@@ -98,6 +98,13 @@ class Settings(BaseSettings):
         description="Polling fallback of the outbox worker; LISTEN/NOTIFY wakes it sooner.",
     )
     outbox_batch_size: int = Field(default=10, ge=1, le=1_000, description="Most jobs claimed per fetch.")
+    outbox_claim_cooldown_ms: int = Field(
+        default=25,
+        ge=0,
+        le=10_000,
+        description="Least time between two claims of a job worker: jobs arriving meanwhile share one "
+        "claim and one settlement transaction (0: claim on every notification).",
+    )
     outbox_concurrency: int = Field(
         default=20, ge=1, le=1_000, description="Most outbox jobs running at once per process."
     )

@@ -54,6 +54,12 @@ class WorkerOptions:
     redis_url: str | None = None
     # `completed` events cost a NOTIFY per 25 jobs; a deployment with no subscriber may turn them off.
     notify_completed_events: bool = True
+    # The least time between the starts of two claims (River's FetchCooldown). A claim that comes
+    # sooner waits for the rest of it, so the jobs that arrive meanwhile share one claim: bigger
+    # batches and fewer transactions under a steady trickle, for at most this much added latency.
+    # The first claim after a quiet spell starts at once, and so does a claim after one that filled
+    # its slots (a backlog drains at full speed). 0: every notification claims at once.
+    claim_cooldown_ms: int = 0
 
     def __post_init__(self) -> None:
         if not self.owner or len(self.owner) > 200:
@@ -69,6 +75,7 @@ class WorkerOptions:
         _within("claim_batch_max", self.claim_batch_max, 1, CLAIM_BATCH_MAX)
         _within("complete_batch_max", self.complete_batch_max, 1, 10_000)
         _within("claim_pipeline", self.claim_pipeline, 1, 8)
+        _within("claim_cooldown_ms", self.claim_cooldown_ms, 0, 10_000)
         _within("default_max_attempts", self.default_max_attempts, 1, ATTEMPTS_MAX)
         _within("default_timeout_ms", self.default_timeout_ms, 1, 86_400_000)
         _within("sync_threads", self.sync_threads, 1, 256)

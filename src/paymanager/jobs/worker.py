@@ -88,6 +88,9 @@ class Worker:
         self._held: dict[int, _Held] = {}
         self._wake = asyncio.Event()
         self._stopping = False
+        self._last_claim_at = -1e9  # monotonic seconds at the start of the last claim (cooldown)
+        self._cooldown_timer: asyncio.TimerHandle | None = None
+        self._last_claim_filled = False
         self._tasks: list[asyncio.Task[None]] = []
         self._threads = ThreadPoolExecutor(self._options.sync_threads, thread_name_prefix="job-sync")
         self.events = EventPublisher(
@@ -136,6 +139,9 @@ class Worker:
         """Stop claiming; let running jobs finish within `timeout_s`; give the rest back at once."""
         self._stopping = True
         self._wake.set()
+        if self._cooldown_timer is not None:
+            self._cooldown_timer.cancel()
+            self._cooldown_timer = None
         fetch = self._tasks[0] if self._tasks else None
         if fetch is not None:
             await asyncio.gather(fetch, return_exceptions=True)
@@ -213,8 +219,11 @@ class Worker:
             log.warning("promoting due jobs failed", error=str(exc))
 
     def _launch_claim(self) -> bool:
-        """Start one claim if a connection is idle and a claim is worth a round trip."""
+        """Start one claim if a connection is idle and a claim is worth a round trip (and, with a
+        cooldown, the last claim started long enough ago: else a timer launches it then)."""
         if self._stopping or not self._idle_conns or not self._should_claim():
+            return False
+        if self._cooling_down():
             return False
         queues, wanted = self._reserve()
         conn = self._idle_conns.pop()
@@ -222,6 +231,28 @@ class Worker:
         self._claims.add(task)
         task.add_done_callback(self._claim_done)
         return True
+
+    def _cooling_down(self) -> bool:
+        """True while the cooldown since the last claim's start runs; a timer then launches the
+        claim and wakes the fetch loop. Records this claim's start when it may go. No cooldown after
+        a claim that filled its slots: a backlog drains at full speed, a trickle is gathered."""
+        cooldown_s = self._options.claim_cooldown_ms / 1000
+        now = time.monotonic()
+        if cooldown_s <= 0 or self._last_claim_filled:
+            self._last_claim_at = now
+            return False
+        remaining = self._last_claim_at + cooldown_s - now
+        if remaining > 0:
+            if self._cooldown_timer is None:
+                self._cooldown_timer = asyncio.get_running_loop().call_later(remaining, self._cooldown_over)
+            return True
+        self._last_claim_at = now
+        return False
+
+    def _cooldown_over(self) -> None:
+        self._cooldown_timer = None
+        self._launch_claim()
+        self._wake.set()
 
     def _claim_done(self, task: asyncio.Task[None]) -> None:
         self._claims.discard(task)
@@ -301,6 +332,8 @@ class Worker:
                 self._begin(row)
             else:
                 done.add(row["id"])
+        # A claim that filled its slots met a backlog: the next one need not wait for the cooldown.
+        self._last_claim_filled = any(got[q] >= n for q, n in zip(queues, wanted, strict=True))
         for queue, n in zip(queues, wanted, strict=True):
             self._free[queue] += n - got[queue]
             # Fewer than asked: the queue is drained, unless a NOTIFY arrived while we asked.

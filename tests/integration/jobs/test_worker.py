@@ -279,3 +279,32 @@ async def test_worker_refuses_a_pool_too_small_for_its_pinned_connections(databa
             Worker(small, database_url, Registry(), {"default": 1}, WorkerOptions(claim_pipeline=2))
     finally:
         await small.close()
+
+
+async def test_claim_cooldown_gathers_jobs_arriving_meanwhile_into_one_claim(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    registry = Registry()
+
+    @registry.handler("noop")
+    async def noop(ctx: JobContext) -> None:
+        del ctx
+
+    options = WorkerOptions(
+        owner="test",
+        lease_ms=2_000,
+        heartbeat_interval_ms=500,
+        poll_interval_ms=5_000,
+        claim_cooldown_ms=1_500,
+    )
+    await start_worker(registry, {"default": 10}, options)
+    first = await enqueue(pool, "noop", {})
+    await wait_state(pool, first.id, "completed")  # the first claim after a quiet spell runs at once
+    # Five jobs in five transactions (five notifications) inside the cooldown the first claim began.
+    later = [(await enqueue(pool, "noop", {"i": i})).id for i in range(5)]
+    for job_id in later:
+        await wait_state(pool, job_id, "completed")
+    claims = await pool.fetchval(
+        "SELECT count(DISTINCT attempted_at) FROM job WHERE id = ANY($1::bigint[])", later
+    )
+    assert claims == 1  # attempted_at is the claim's transaction time: one claim took all five

@@ -10,6 +10,8 @@ def test_worker_options_bounds_are_checked() -> None:
         WorkerOptions(lease_ms=1_000, heartbeat_interval_ms=600)
     with pytest.raises(ValueError, match="claim_batch_max"):
         WorkerOptions(claim_batch_max=0)
+    with pytest.raises(ValueError, match="claim_cooldown_ms"):
+        WorkerOptions(claim_cooldown_ms=-1)
 
 
 def test_maintenance_options_refuse_duplicate_periodic_names() -> None:
