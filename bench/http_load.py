@@ -149,12 +149,13 @@ async def _intents_open_loop(
     errors = 0
     done = 0
     tag = uuid.uuid4().hex[:8]  # runs at the same rate differ in body, hence in signature
+    phase = "warm-up"  # and the warm-up's bodies from the measured ones
 
     async def one(i: int) -> None:
         nonlocal errors, done
         payer, payee = pairs[i % len(pairs)]
         body = {"channel": "internal-p2p", "amount": 100, "currency": "THB", "payer_account_id": payer,
-                "payee_account_id": payee, "description": f"bench {rate} {i} {tag}"}  # fmt: skip
+                "payee_account_id": payee, "description": f"bench {rate} {phase} {i} {tag}"}  # fmt: skip
         try:
             t0 = time.perf_counter()
             status, created = await client.post("/intents", body)
@@ -178,6 +179,7 @@ async def _intents_open_loop(
     warmup_intents = done
     latencies.clear()
     errors = done = 0
+    phase = "measured"
     cpu = time.process_time()
     sending = await open_loop(one, int(rate / 2 * seconds), rate / 2)
     cpu_ms = (time.process_time() - cpu) * 1000 / max(len(latencies), 1)
