@@ -48,8 +48,8 @@ class SystemAccount(StrEnum):
 # Every intent with a fee credits a fee account when it is held and when it settles, and the ledger
 # locks that account's row until the transaction commits: one fee account per currency would make
 # every settlement wait for the previous one. Fees are spread over this many shards instead
-# (`system.fees.THB.0` ... `.7`); fee revenue is the sum of the shards.
-FEE_SHARDS = 8
+# (`system.fees.THB.0` ... `.63`); fee revenue is the sum of the shards.
+FEE_SHARDS = 64
 
 
 def system_account_name(role: SystemAccount, currency: str, shard: int | None = None) -> str:
