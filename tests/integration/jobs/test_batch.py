@@ -11,6 +11,7 @@ import pytest
 from paymanager.jobs import JobContext, LeaseLostError, PermanentError, Registry, WorkerOptions, enqueue
 from paymanager.jobs.batch import SharedTransactions, complete_all_in, hold_leases
 from tests.integration.jobs.conftest import StartWorker, job_state, wait_until
+from tests.support.job_contexts import context_from_row
 
 LOCK_NOWAIT = "SELECT id FROM job WHERE id = $1 FOR UPDATE NOWAIT"
 
@@ -30,16 +31,8 @@ async def effects(pool: asyncpg.Pool) -> None:
     await pool.execute("CREATE TABLE effect (job_id bigint, item text)")
 
 
-async def _noop_progress(ctx: JobContext, pct: float) -> None:
-    del ctx, pct
-
-
 def _context(pool: asyncpg.Pool, row: Any) -> JobContext:
-    return JobContext(
-        id=row["id"], kind=row["kind"], queue=row["queue"], payload=row["payload"], attempt=row["attempt"],
-        max_attempts=5, priority=row["priority"], parent_id=row["parent_id"], lease_token=row["lease_token"],
-        _pool=pool, _on_progress=_noop_progress,
-    )  # fmt: skip
+    return context_from_row(pool, row, max_attempts=5)
 
 
 async def _running(pool: asyncpg.Pool, count: int) -> list[JobContext]:

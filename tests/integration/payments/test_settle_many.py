@@ -18,6 +18,7 @@ from paymanager.application.ledger_ops import LedgerRefusedError
 from paymanager.application.settle_intent import settle, settle_handler
 from paymanager.jobs import JobContext, LeaseLostError, PermanentError, enqueue
 from tests.integration.payments.conftest import Api
+from tests.support.job_contexts import context_from_row
 
 AMOUNT = 1_000
 FUNDING = 10_000
@@ -41,16 +42,8 @@ async def _confirmed(api: Api, count: int) -> list[tuple[str, str]]:
     return out
 
 
-async def _noop_progress(ctx: JobContext, pct: float) -> None:
-    del ctx, pct
-
-
 def _context(pool: asyncpg.Pool, row: Any) -> JobContext:
-    return JobContext(
-        id=row["id"], kind=row["kind"], queue=row["queue"], payload=row["payload"], attempt=row["attempt"],
-        max_attempts=10, priority=row["priority"], parent_id=row["parent_id"], lease_token=row["lease_token"],
-        _pool=pool, _on_progress=_noop_progress,
-    )  # fmt: skip
+    return context_from_row(pool, row, max_attempts=10)
 
 
 async def _claim(pool: asyncpg.Pool, intent_ids: list[str], owner: str = "first") -> list[JobContext]:
