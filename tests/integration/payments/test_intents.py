@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import orjson
 import pytest
 
+from paymanager.application.events import NOTIFY_CHANNEL, event_payload
 from paymanager.application.reconcile import reconcile
 from paymanager.application.settle_intent import settle
 from tests.integration.payments.conftest import Api
@@ -296,3 +299,41 @@ async def test_channels_lists_the_five_with_their_fee_rules(api: Api) -> None:
     assert by_name["ipps-transfer"]["settles_on_confirm"] is False
     assert by_name["merchant-invoice"]["expires"] is True
     assert by_name["internal-p2p"]["fee"]["rate_bps"] == 50
+
+
+async def test_confirm_refusals_and_its_notified_event(api: Api, database_url: str) -> None:
+    """The one-statement confirm and its locking fallback answer alike, and NOTIFY the row's event."""
+    payer, payee = await _funded_pair(api)
+    notified: list[dict[str, object]] = []
+    listener = await asyncpg.connect(database_url)
+    await listener.add_listener(NOTIFY_CHANNEL, lambda *args: notified.append(orjson.loads(args[3])))
+    try:
+        created = (await api.client.post("/intents", _p2p(payer, payee, 1_000))).json()
+        # Another (non-admin) service's intent is unknown to the caller, and stays created.
+        theirs_payer = await api.admin.open_account()
+        theirs = (await api.admin.post("/intents", _p2p(theirs_payer, payee, 1))).json()
+        hidden = await api.client.post(f"/intents/{theirs['id']}/confirm")
+        assert hidden.status_code == 404, hidden.text
+        assert hidden.json()["error"]["code"] == "not_found"
+        assert (await api.admin.get(f"/intents/{theirs['id']}")).json()["status"] == "created"
+        unknown = await api.client.post(f"/intents/{uuid.uuid4()}/confirm")
+        assert unknown.status_code == 404, unknown.text
+        # An admin confirms any service's intent.
+        confirmed = await api.admin.post(f"/intents/{created['id']}/confirm")
+        assert confirmed.status_code == 200, confirmed.text
+        assert confirmed.json()["status"] == "confirmed"
+        assert confirmed.json()["version"] == created["version"] + 1
+        again = await api.client.post(f"/intents/{created['id']}/confirm")
+        assert again.status_code == 409, again.text
+        assert again.json()["error"]["code"] == "invalid_transition"
+        assert again.json()["error"]["details"]["from"] == "confirmed"
+        row = await api.payments.pool.fetchrow("SELECT * FROM intent WHERE id = $1::uuid", created["id"])
+        for _ in range(50):
+            if any(n["status"] == "confirmed" for n in notified):
+                break
+            await asyncio.sleep(0.05)
+        assert [n for n in notified if n["intent_id"] == created["id"] and n["status"] == "confirmed"] == [
+            event_payload(row)
+        ]
+    finally:
+        await listener.close()
