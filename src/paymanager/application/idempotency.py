@@ -63,25 +63,15 @@ class KeyClaim:
         return self.now + timedelta(seconds=self.ttl_sec)
 
 
-async def claim(conn: Conn, wanted: KeyClaim) -> StoredOutcome | None:
-    """Claim the key inside the caller's transaction; returns the stored outcome when there is one.
-
-    Raises `IdempotencyKeyReusedError` when the key was used for a different request.
-    """
-    claimed = await conn.fetchval(
-        Q["idempotency_key_claim"], wanted.service_id, wanted.key, wanted.method, wanted.path,
-        wanted.digest, wanted.now, wanted.expires_at,
-    )  # fmt: skip
-    return None if claimed is not None else await _stored(conn, wanted)
-
-
 async def claim_signed(
     conn: Conn, wanted: KeyClaim, signature: bytes, signature_expires_at: datetime
 ) -> tuple[bool, StoredOutcome | None]:
-    """`claim`, and remember the request's signature, in one round trip.
+    """Claim the key inside the caller's transaction and remember the request's signature, in one
+    round trip.
 
     Returns False and nothing else for a replayed signature (the caller refuses the request and rolls
-    back); otherwise True and what `claim` returns.
+    back); otherwise True and the stored outcome when the key has one (None: the key is ours now).
+    Raises `IdempotencyKeyReusedError` when the key was used for a different request.
     """
     row = await conn.fetchrow(
         Q["idempotency_key_claim_signed"], wanted.service_id, wanted.key, wanted.method, wanted.path,

@@ -1,19 +1,7 @@
--- name: idempotency_key_claim
--- Claims key $2 of service $1 in the caller's transaction. A concurrent claim of the same key waits
--- here until the first transaction ends. Returns nothing when an unexpired outcome is stored; an
--- expired one is taken over.
-INSERT INTO idempotency_key (service_id, key, method, path, request_hash, created_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (service_id, key) DO UPDATE
-   SET method = EXCLUDED.method, path = EXCLUDED.path, request_hash = EXCLUDED.request_hash,
-       status_code = NULL, response_body = NULL, created_at = EXCLUDED.created_at,
-       expires_at = EXCLUDED.expires_at
- WHERE idempotency_key.expires_at <= EXCLUDED.created_at
-RETURNING 1;
-
 -- name: idempotency_key_claim_signed
 -- The first statement of a signed POST, in one round trip: remembers the request's signature $8
--- (kept until $9; see request_signature_remember) and claims the key as idempotency_key_claim does.
+-- (kept until $9; see request_signature_remember) and claims key $2 of service $1. A concurrent claim
+-- of the same key waits until the first transaction ends; an expired key is taken over.
 -- fresh_signature is false for a replayed signature; claimed is false when an outcome is stored.
 -- Both inserts run in this order in every transaction, so concurrent requests lock alike.
 WITH remembered AS (

@@ -88,9 +88,12 @@ async def complete_all_in(conn: Conn, ctxs: Sequence[JobContext]) -> None:
     assert conn.is_in_transaction(), "complete_all_in needs an open transaction on conn"
     if not ctxs:
         return
+    # The worker's own batched completion; no `completed` events from the statement: the worker
+    # publishes them for jobs completed in their transaction (`published_completion`), as for
+    # `complete_in`.
     rows = await conn.fetch(
-        Q["job_complete_fenced_many"], [c.id for c in ctxs], [c.lease_token for c in ctxs],
-        [c.result for c in ctxs],
+        Q["job_complete_many"], [c.id for c in ctxs], [c.lease_token for c in ctxs],
+        [c.result for c in ctxs], False,
     )  # fmt: skip
     done = {row["id"] for row in rows}
     lost = [ctx for ctx in ctxs if ctx.id not in done]

@@ -432,13 +432,3 @@ SELECT job.id
  WHERE job.id = ANY ($1::bigint[]) AND job.lease_token = r.token
  ORDER BY job.id
    FOR UPDATE OF job
-
--- name: job_complete_fenced_many
--- The fenced completion of several jobs in the caller's transaction (batch.py): returns the jobs
--- completed; one missing lost its lease.
-UPDATE job
-   SET state = 'completed', finalized_at = now(), result = r.result,
-       lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-  FROM unnest($1::bigint[], $2::uuid[], $3::jsonb[]) AS r(id, token, result)
- WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
-RETURNING job.id
