@@ -62,6 +62,8 @@ QUEUE = "bench"
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "200"))
 PIPELINE = int(os.environ.get("BENCH_PIPELINE", "2"))
 NOTIFY_COMPLETED = os.environ.get("BENCH_NOTIFY_COMPLETED", "1") == "1"
+# BENCH_QUICK_CLAIM=0: every claim waits for its WAL flush (WorkerOptions.quick_claim_commit off).
+QUICK_CLAIM = os.environ.get("BENCH_QUICK_CLAIM", "1") == "1"
 # The event loop of worker processes and of the latency producer (set by --loop).
 LOOP = os.environ.get("BENCH_LOOP", "uvloop")
 FIGURES = ("bulk", "proc1", "proc2", "single", "latency")
@@ -235,10 +237,13 @@ def process_run(engine: str, dsn: str, workers: int) -> tuple[float, int]:
     return seconds, max(r["rss_kib"] for r in done)
 
 
-def latency_run(engine: str, dsn: str) -> list[float]:
+def latency_run(engine: str, dsn: str) -> tuple[list[float], list[float]]:
+    """Enqueue-to-start latencies, and how long each of the producer's enqueue calls took (the
+    part of the latency that is the producer's own INSERT and durable commit)."""
     proc = spawn(engine, dsn, "latency")
     go([proc])
     time.sleep(0.5)  # let the worker go idle: the first jobs must not find it polling
+    calls: list[float] = []
 
     async def produce() -> None:
         if engine == "ours":
@@ -247,7 +252,9 @@ def latency_run(engine: str, dsn: str) -> list[float]:
             pool = await create_pool(dsn, min_size=1, max_size=1)
             async with pool.acquire() as conn:
                 for i in range(LATENCY_JOBS):
-                    await enqueue(conn, "latency", {"t": time.time(), "i": i}, queue=QUEUE)
+                    t = time.time()
+                    await enqueue(conn, "latency", {"t": t, "i": i}, queue=QUEUE)
+                    calls.append((time.time() - t) * 1000)
                     await asyncio.sleep(LATENCY_GAP_S)
             await pool.close()
         else:
@@ -256,13 +263,15 @@ def latency_run(engine: str, dsn: str) -> list[float]:
             conn = await asyncpg.connect(dsn)
             queries = Queries.from_asyncpg_connection(conn)
             for i in range(LATENCY_JOBS):
-                await queries.enqueue("latency", json.dumps({"t": time.time(), "i": i}).encode(), 0)
+                t = time.time()
+                await queries.enqueue("latency", json.dumps({"t": t, "i": i}).encode(), 0)
+                calls.append((time.time() - t) * 1000)
                 await asyncio.sleep(LATENCY_GAP_S)
             await conn.close()
 
     run_on_loop(produce())
     (result,) = results([proc])
-    return [float(x) for x in result["latencies_ms"]]
+    return [float(x) for x in result["latencies_ms"]], calls
 
 
 async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
@@ -288,6 +297,7 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
         heartbeat_interval_ms=10_000,
         claim_pipeline=PIPELINE,
         notify_completed_events=NOTIFY_COMPLETED,
+        quick_claim_commit=QUICK_CLAIM,
     )
     worker = Worker(pool, dsn, registry, {QUEUE: CONCURRENCY}, options)
     print("ready", flush=True)
@@ -448,9 +458,10 @@ def one_round(engine: str, dsn: str, n: int, only: set[str]) -> dict[str, float]
         figures["single"] = SINGLE_ENQUEUES / asyncio.run(single(dsn, SINGLE_ENQUEUES))
     if "latency" in only:
         asyncio.run(reset(engine, dsn))
-        latencies = latency_run(engine, dsn)
+        latencies, calls = latency_run(engine, dsn)
         figures["p50"] = percentile(latencies, 50)
         figures["p99"] = percentile(latencies, 99)
+        figures["enqueue_p50"] = percentile(calls, 50)
     return figures
 
 
@@ -464,6 +475,7 @@ def report(n: int, rounds: dict[str, list[dict[str, float]]]) -> None:
         ("single", f"single enqueues ({SINGLE_ENQUEUES}, own transaction)", "jobs/s", True),
         ("p50", f"enqueue-to-start latency p50 ({LATENCY_JOBS} jobs)", "ms", False),
         ("p99", f"enqueue-to-start latency p99 ({LATENCY_JOBS} jobs)", "ms", False),
+        ("enqueue_p50", "  of it, the producer's enqueue call, p50", "ms", False),
         ("rss", "peak RSS of a worker process", "MiB", False),
     ]
     for key, label, unit, higher_is_better in lines:

@@ -198,6 +198,7 @@ def worker_options(runtime: Runtime) -> Any:
         poll_interval_ms=settings.outbox_interval_ms,
         claim_batch_max=settings.outbox_batch_size,
         claim_cooldown_ms=settings.outbox_claim_cooldown_ms,
+        quick_claim_commit=settings.job_quick_claim_commit,
         redis_url=settings.redis_url.get_secret_value() if settings.redis_url else None,
     )
 

@@ -134,6 +134,11 @@ class Settings(BaseSettings):
     job_max_stalled: int = Field(
         default=2, ge=0, le=100, description="Rescues of a job before it is dead-lettered as stalled."
     )
+    job_quick_claim_commit: bool = Field(
+        default=True,
+        description="A claim that completes nothing commits without waiting for its WAL flush "
+        "(completions always wait); see docs/ARCHITECTURE.md.",
+    )
     job_max_payload_bytes: int = Field(
         default=256 * 1024, ge=1_024, le=16 * 1024 * 1024, description="Largest job payload accepted."
     )

@@ -79,6 +79,11 @@ WITH done AS (
       FROM (SELECT d.*, (row_number() OVER () - 1) / 25 AS chunk FROM done AS d) AS n
      WHERE $8::boolean
      GROUP BY n.chunk
+), quick AS (
+    -- $9 true (the worker passes it only when this statement completes nothing): commit without
+    -- waiting for the WAL flush. A claim lost in a crash of the server leaves its jobs available,
+    -- as a worker's crash does; every completion stays durable, and flushes this claim with it.
+    SELECT set_config('synchronous_commit', 'off', true) WHERE $9::boolean
 ), wanted AS (
     SELECT w.queue, w.wanted
       FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
@@ -108,6 +113,7 @@ WITH done AS (
 SELECT true AS claimed, c.id, c.queue, c.kind, c.payload, c.priority, c.attempt, c.max_attempts,
        c.backoff, c.timeout_ms, c.lease_token, c.parent_id, c.cancel_requested
   FROM claimed AS c
+ WHERE (SELECT count(*) FROM quick) >= 0
 UNION ALL
 SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM done AS d

@@ -60,6 +60,9 @@ class WorkerOptions:
     # The first claim after a quiet spell starts at once, and so does a claim after one that filled
     # its slots (a backlog drains at full speed). 0: every notification claims at once.
     claim_cooldown_ms: int = 0
+    # A claim that completes nothing commits without waiting for its WAL flush (about half of an
+    # idle worker's enqueue-to-start latency); see docs/ARCHITECTURE.md, "Claims commit quickly".
+    quick_claim_commit: bool = True
 
     def __post_init__(self) -> None:
         if not self.owner or len(self.owner) > 200:

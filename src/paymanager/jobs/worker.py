@@ -299,7 +299,7 @@ class Worker:
             rows = await conn.fetch(
                 Q["job_claim_batch"], queues, wanted, self._options.owner, self._options.lease_ms,
                 [c.id for _, c in batch], [c.token for _, c in batch], [c.result for _, c in batch],
-                self.events.notify_completed,
+                self.events.notify_completed, self._options.quick_claim_commit and not batch,
             )  # fmt: skip
         except BaseException as exc:
             self._completer.put_back(batch)

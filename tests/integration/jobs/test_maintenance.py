@@ -26,7 +26,7 @@ async def claim_as_ghost(pool: asyncpg.Pool, queue: str = "default", lease_ms: i
     """Claim jobs as a worker that then vanishes (its lease expires almost at once)."""
     from paymanager.jobs._queries import Q
 
-    rows = await pool.fetch(Q["job_claim_batch"], [queue], [100], "ghost", lease_ms, [], [], [], False)
+    rows = await pool.fetch(Q["job_claim_batch"], [queue], [100], "ghost", lease_ms, [], [], [], False, False)
     return [r["id"] for r in rows]
 
 

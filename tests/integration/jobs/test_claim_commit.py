@@ -1,0 +1,105 @@
+"""Claims that complete nothing commit without waiting for their WAL flush; every completion waits.
+
+The argument (docs/ARCHITECTURE.md, "Claims commit quickly"): a claim lost with the server's last
+unflushed WAL leaves its jobs as a crashed worker's would be, available again, and the worker's
+completion is refused by its lease token. Anything durable written after the claim, a completion or
+a handler's own transaction, flushes the claim with it, WAL being written in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import asyncpg
+
+from paymanager.jobs import JobContext, NewJob, Registry, enqueue, enqueue_many
+from paymanager.jobs._queries import Q
+from tests.integration.jobs.conftest import FAST, StartWorker, wait_until
+
+
+async def commit_setting_after_claim(conn: asyncpg.Connection, quick: bool, completions: list[Any]) -> str:
+    """`synchronous_commit` as the claim statement leaves it for its own commit."""
+    ids, tokens, results = (list(x) for x in zip(*completions, strict=True)) if completions else ([], [], [])
+    async with conn.transaction():
+        await conn.fetch(
+            Q["job_claim_batch"], ["default"], [10], "t", 30_000, ids, tokens, results, False, quick
+        )
+        setting = str(await conn.fetchval("SHOW synchronous_commit"))
+        # The setting is the transaction's own: the next transaction is back to the session's.
+    assert await conn.fetchval("SHOW synchronous_commit") == "on"
+    return setting
+
+
+async def test_the_claim_statement_turns_off_the_wait_for_its_flush_only_when_asked(
+    pool: asyncpg.Pool,
+) -> None:
+    await enqueue(pool, "k", {})
+    async with pool.acquire() as conn:
+        assert await commit_setting_after_claim(conn, quick=False, completions=[]) == "on"
+        assert await commit_setting_after_claim(conn, quick=True, completions=[]) == "off"
+
+
+async def test_a_worker_claims_quickly_only_when_the_claim_writes_no_completion(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    seen: list[tuple[int, bool]] = []  # (completions written, quick) per claim statement
+    registry = Registry()
+    done: list[int] = []
+
+    async def handle(ctx: JobContext) -> None:
+        done.append(ctx.id)
+        await asyncio.sleep(0)
+
+    registry.register("k", handle)
+    worker = await start_worker(registry, {"default": 4}, FAST)
+    for conn in worker._all_conns:  # the claim connections: record what each claim asks for
+        fetch = conn.fetch
+
+        async def recording(query: str, *args: Any, _fetch: Any = fetch) -> Any:
+            if query == Q["job_claim_batch"]:
+                seen.append((len(args[4]), args[8]))
+            return await _fetch(query, *args)
+
+        conn.fetch = recording  # type: ignore[method-assign]
+    # A trickle (quick claims into an idle worker), then a backlog bigger than the slots (claims
+    # that carry the previous batch's completions).
+    for n in range(1, 4):
+        await enqueue(pool, "k", {})
+        await wait_until(lambda n=n: _at_least(done, n))
+    await enqueue_many(pool, [NewJob("k", {}) for _ in range(200)])
+    await wait_until(lambda: _at_least(done, 203))
+    assert any(quick for n, quick in seen if n == 0)
+    assert any(n > 0 for n, _ in seen), "the backlog's claims carried completions"
+    assert all(not quick for n, quick in seen if n > 0), seen
+    assert all(quick for n, quick in seen if n == 0), seen
+
+
+async def test_quick_claims_can_be_turned_off(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
+    seen: list[bool] = []
+    registry = Registry()
+    registry.register("k", lambda ctx: None)
+    options = dataclasses.replace(FAST, quick_claim_commit=False)
+    worker = await start_worker(registry, {"default": 4}, options)
+    for conn in worker._all_conns:
+        fetch = conn.fetch
+
+        async def recording(query: str, *args: Any, _fetch: Any = fetch) -> Any:
+            if query == Q["job_claim_batch"]:
+                seen.append(args[8])
+            return await _fetch(query, *args)
+
+        conn.fetch = recording  # type: ignore[method-assign]
+    job = await enqueue(pool, "k", {})
+    await wait_until(lambda: _state_is(pool, job.id, "completed"))
+    assert seen
+    assert not any(seen)
+
+
+async def _at_least(done: list[int], n: int) -> bool:
+    return len(done) >= n
+
+
+async def _state_is(pool: asyncpg.Pool, job_id: int, state: str) -> bool:
+    return bool(await pool.fetchval("SELECT state = $2 FROM job WHERE id = $1", job_id, state))
