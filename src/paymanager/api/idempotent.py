@@ -18,7 +18,7 @@ from fastapi.responses import Response
 
 from paymanager.api.auth import UsedSignature, post_signature, replayed_error
 from paymanager.api.errors import domain_error_body, domain_status, error_body
-from paymanager.application import idempotency
+from paymanager.application import events, idempotency
 from paymanager.application.context import Payments
 from paymanager.application.services import ServiceIdentity
 from paymanager.application.settle_intent import publish
@@ -29,9 +29,10 @@ from paymanager.logging import get_logger
 log = get_logger("paymanager.api")
 
 REPLAYED_HEADER = "Idempotent-Replayed"
-# The work of one POST: given the transaction's connection and a list to append events to (published
-# to Redis after the commit), it returns the status code and the JSON body of the response.
-Work = Callable[[Conn, list[dict[str, Any]]], Awaitable[tuple[int, Any]]]
+# The work of one POST: given the transaction's connection and the events it announces (NOTIFYed by
+# the transaction's last statement, published to Redis after the commit), it returns the status code
+# and the JSON body of the response.
+Work = Callable[[Conn, events.Pending], Awaitable[tuple[int, Any]]]
 # How the work refuses a request: its own errors, or the schema catching input the code let through.
 SCHEMA_REFUSALS = (asyncpg.CheckViolationError, asyncpg.StringDataRightTruncationError)
 REFUSALS = (DomainError, *SCHEMA_REFUSALS)
@@ -62,7 +63,7 @@ async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) 
 async def _transaction(
     payments: Payments, wanted: idempotency.KeyClaim, used: UsedSignature, work: Work, *, guarded: bool
 ) -> Response:
-    events: list[dict[str, Any]] = []
+    pending = events.Pending()
     async with payments.pool.acquire() as conn, conn.transaction():
         fresh, stored = await idempotency.claim_signed(conn, wanted, used.signature, used.expires_at)
         if not fresh:
@@ -70,16 +71,17 @@ async def _transaction(
         if stored is not None:
             return _json(stored.body, stored.status_code, {REPLAYED_HEADER: "true"})
         if guarded:
-            status, payload = await _attempt(conn, work, events)
+            status, payload = await _attempt(conn, work, pending)
         else:
             try:
-                status, payload = await work(conn, events)
+                status, payload = await work(conn, pending)
             except REFUSALS as exc:
                 raise _Refused from exc
         await idempotency.store(
-            conn, wanted.service_id, wanted.key, idempotency.StoredOutcome(status, payload)
-        )
-    for event in events:
+            conn, wanted.service_id, wanted.key, idempotency.StoredOutcome(status, payload),
+            events.NOTIFY_CHANNEL, [events.notify_text(event) for event in pending.notified],
+        )  # fmt: skip
+    for event in pending.published:
         await publish(payments, event)
     return _json(payload, status)
 
@@ -88,17 +90,17 @@ def _json(payload: Any, status: int, headers: dict[str, str] | None = None) -> R
     return Response(orjson.dumps(payload), status_code=status, headers=headers, media_type="application/json")
 
 
-async def _attempt(conn: Conn, work: Work, events: list[dict[str, Any]]) -> tuple[int, Any]:
+async def _attempt(conn: Conn, work: Work, pending: events.Pending) -> tuple[int, Any]:
     """Run the work in a savepoint: a refused request leaves no effect but its stored answer."""
     try:
         async with conn.transaction():
-            return await work(conn, events)
+            return await work(conn, pending)
     except DomainError as exc:
-        events.clear()
+        pending.clear()
         return domain_status(exc), domain_error_body(exc)
     except SCHEMA_REFUSALS as exc:
         # The schema caught input the code should have refused first: still the client's input, so
         # a 422, but logged as the bug it is.
-        events.clear()
+        pending.clear()
         log.error("the schema refused input the code accepted", error=str(exc))
         return 422, error_body("constraint_violation", "the request breaks a rule of the data model", {})
