@@ -24,6 +24,7 @@ from paymanager.application.services import ServiceIdentity
 from paymanager.application.settle_intent import publish
 from paymanager.db.pool import Conn
 from paymanager.domain.errors import DomainError
+from paymanager.ledger import LedgerConflictError
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.api")
@@ -36,6 +37,10 @@ Work = Callable[[Conn, events.Pending], Awaitable[tuple[int, Any]]]
 # How the work refuses a request: its own errors, or the schema catching input the code let through.
 SCHEMA_REFUSALS = (asyncpg.CheckViolationError, asyncpg.StringDataRightTruncationError)
 REFUSALS = (DomainError, *SCHEMA_REFUSALS)
+
+
+# Attempts of one POST: a refusal takes one more (guarded), a ledger conflict one more each.
+ATTEMPTS_MAX = 5
 
 
 class _Refused(Exception):
@@ -52,12 +57,20 @@ async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) 
         payments.clock(), payments.settings.idempotency_key_ttl_sec,
     )  # fmt: skip
     used = post_signature(request)
-    try:
-        return await _transaction(payments, wanted, used, work, guarded=False)
-    except _Refused:
-        # Nothing of the first attempt committed, the signature's memory included, so the second
-        # attempt remembers it as the first time.
-        return await _transaction(payments, wanted, used, work, guarded=True)
+    guarded = False
+    for attempt in range(1, ATTEMPTS_MAX + 1):
+        # Nothing of a failed attempt committed, the signature's memory included, so the next one
+        # remembers it as the first time.
+        try:
+            return await _transaction(payments, wanted, used, work, guarded=guarded)
+        except _Refused:
+            guarded = True
+        except LedgerConflictError:
+            # A ledger batch that ran without a savepoint met a transient conflict (a nanosecond
+            # timestamp taken by another process, a deadlock): the ledger's own retry, done whole.
+            if attempt == ATTEMPTS_MAX:
+                raise
+    raise AssertionError("unreachable: a guarded attempt answers refusals itself")
 
 
 async def _transaction(

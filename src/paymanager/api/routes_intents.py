@@ -81,7 +81,7 @@ async def confirm(
     payments: Payments = request.app.state.payments
 
     async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any]:
-        row = await confirm_intent(payments, conn, caller, intent_id, pending)
+        row = await confirm_intent(payments, conn, caller, intent_id, pending, hold_savepoint=False)
         if row["status"] == IntentStatus.EXPIRED:
             expired = IntentExpiredError(
                 "the invoice expired before it was confirmed", {"intent": intent_view(row)}
