@@ -49,6 +49,8 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=6, help="Measured runs, one after the other.")
     parser.add_argument("--seconds", type=float, default=8.0, help="Measured seconds per run.")
     parser.add_argument("--ref", help="Run the api of this git ref instead of this tree's.")
+    parser.add_argument("--workers", type=int, default=2, help="outbox-worker processes beside the api.")
+    parser.add_argument("--idle-seconds", type=float, default=0, help="First measure the idle CPU this long.")
     parser.add_argument("--py-spy", metavar="FILE", help="py-spy record the api during run 2 into FILE.")
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.1f}; {time.strftime('%H:%M:%S', time.gmtime())} UTC")
@@ -58,7 +60,7 @@ async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="pm-bench-repeat-") as tmp:
             path = export_tree(args.ref, Path(tmp)) if args.ref else None
             port, api = start_api(url, path)
-            procs = workers(url, 2)
+            procs = workers(url, args.workers)
             try:
                 await wait_http(port, api)
                 await runs(s, port, api, procs, args)
@@ -99,6 +101,17 @@ async def postgres_cpu_by_client(pool, api, procs) -> dict[str, float]:  # type:
 async def runs(s, port, api, procs, args) -> None:  # type: ignore[no-untyped-def]
     pool = s.payments.pool
     pairs = [(str(payer), str(payee)) for payer, payee in s.pairs]
+    if args.idle_seconds:
+        # What the processes burn with nothing to do (polls, heartbeats), in cores.
+        cpu = (cpu_seconds(api), sum(cpu_seconds(p) for p in procs))
+        by_client = await postgres_cpu_by_client(pool, api, procs)
+        await asyncio.sleep(args.idle_seconds)
+        after = await postgres_cpu_by_client(pool, api, procs)
+        idle = {k: (v - by_client.get(k, 0.0)) / args.idle_seconds for k, v in sorted(after.items())}
+        api_cores = (cpu_seconds(api) - cpu[0]) / args.idle_seconds
+        workers_cores = (sum(cpu_seconds(p) for p in procs) - cpu[1]) / args.idle_seconds
+        print(f" idle {args.idle_seconds:.0f} s, cores: api {api_cores:.3f}, workers {workers_cores:.3f},"
+              f" PostgreSQL by client: {', '.join(f'{k} {v:.3f}' for k, v in idle.items())}")  # fmt: skip
     p99s = []
     print(" run  load  achieved  p50 ms  p99 ms  errors | CPU ms/req: api  postgres  workers  loadgen")
     for n in range(1, args.runs + 1):
@@ -110,16 +123,25 @@ async def runs(s, port, api, procs, args) -> None:  # type: ignore[no-untyped-de
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
         load = os.getloadavg()[0]
+        started_at = await pool.fetchval("SELECT now()")
         before = await settled(pool)
         cpu = (cpu_seconds(api), postgres_cpu_seconds(), sum(cpu_seconds(p) for p in procs))
         by_client = await postgres_cpu_by_client(pool, api, procs)
         r = await intents_open_loop(port, s.shop.id, s.shop_secret, pairs, args.rate, args.seconds)
-        await drain(pool, before + r.warmup_intents + r.intents, settled, timeout_s=120)
+        if procs:
+            await drain(pool, before + r.warmup_intents + r.intents, settled, timeout_s=120)
         requests = 2 * (r.warmup_intents + r.intents) or 1
         api_ms = (cpu_seconds(api) - cpu[0]) * 1000 / requests
         pg_ms = (postgres_cpu_seconds() - cpu[1]) * 1000 / requests
         workers_ms = (sum(cpu_seconds(p) for p in procs) - cpu[2]) * 1000 / requests
         after = await postgres_cpu_by_client(pool, api, procs)
+        # From confirm to settled, of the intents this run confirmed (the workers' added latency).
+        lag = await pool.fetchrow(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY finished_at - confirmed_at) AS p50,"
+            " percentile_cont(0.99) WITHIN GROUP (ORDER BY finished_at - confirmed_at) AS p99"
+            " FROM intent WHERE status = 'settled' AND confirmed_at >= $1",
+            started_at,
+        )
         split = ", ".join(
             f"{k} {(v - by_client.get(k, 0.0)) * 1000 / requests:.2f}" for k, v in sorted(after.items())
         )
@@ -130,6 +152,9 @@ async def runs(s, port, api, procs, args) -> None:  # type: ignore[no-untyped-de
         print(f" {n:3d}  {load:4.1f}  {r.achieved:8.0f}  {r.p50_ms:6.1f}  {r.p99_ms:6.1f}  {r.errors:6d} |"
               f"      {api_ms:5.2f}  {pg_ms:8.2f}  {workers_ms:7.2f}  {r.generator_cpu_ms:7.2f}")  # fmt: skip
         print(f"      PostgreSQL CPU ms/req by client: {split}")
+        if lag["p50"] is not None:
+            print(f"      confirmed -> settled: p50 {lag['p50'].total_seconds() * 1000:.0f} ms,"
+                  f" p99 {lag['p99'].total_seconds() * 1000:.0f} ms")  # fmt: skip
         await asyncio.sleep(1)
     print(f" p99 median {statistics.median(p99s):.1f} ms; runs at or under 25 ms: "
           f"{sum(p <= 25 for p in p99s)} of {len(p99s)}")  # fmt: skip
