@@ -46,6 +46,7 @@ from paymanager.application.accounts import OpenAccount, open_account  # noqa: E
 from paymanager.application.confirm_intent import OUTBOX_QUEUE, SETTLE_KIND, confirm_intent  # noqa: E402
 from paymanager.application.context import Payments  # noqa: E402
 from paymanager.application.create_intent import IntentRequest, create_intent  # noqa: E402
+from paymanager.application.events import Pending  # noqa: E402
 from paymanager.application.services import ServiceIdentity, create_service  # noqa: E402
 from paymanager.application.settle_intent import settle, settle_handler  # noqa: E402
 from paymanager.config import Settings  # noqa: E402
@@ -125,7 +126,7 @@ async def setup(url: str) -> Setup:
                 IntentRequest("admin-transfer", FUNDING, "THB", payee_account_id=payer),
                 [],
             )
-            await confirm_intent(payments, conn, admin, top_up["id"], [])
+            await confirm_intent(payments, conn, admin, top_up["id"], Pending())
             await settle(payments, conn, top_up["id"], settled_by="bench")
             pairs.append((payer, payee))
     # The top-ups were settled inline; their queued jobs would only be no-ops.
@@ -143,7 +144,7 @@ async def backlog(s: Setup, count: int) -> None:
                 row = await create_intent(
                     payments, conn, s.shop, IntentRequest("internal-p2p", 100, "THB", payer, payee), []
                 )
-                await confirm_intent(payments, conn, s.shop, row["id"], [])
+                await confirm_intent(payments, conn, s.shop, row["id"], Pending())
 
 
 async def count_jobs_done(pool: asyncpg.Pool) -> int:

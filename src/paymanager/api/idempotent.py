@@ -18,23 +18,29 @@ from fastapi.responses import Response
 
 from paymanager.api.auth import UsedSignature, post_signature, replayed_error
 from paymanager.api.errors import domain_error_body, domain_status, error_body
-from paymanager.application import idempotency
+from paymanager.application import events, idempotency
 from paymanager.application.context import Payments
 from paymanager.application.services import ServiceIdentity
 from paymanager.application.settle_intent import publish
 from paymanager.db.pool import Conn
 from paymanager.domain.errors import DomainError
+from paymanager.ledger import LedgerConflictError
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.api")
 
 REPLAYED_HEADER = "Idempotent-Replayed"
-# The work of one POST: given the transaction's connection and a list to append events to (published
-# to Redis after the commit), it returns the status code and the JSON body of the response.
-Work = Callable[[Conn, list[dict[str, Any]]], Awaitable[tuple[int, Any]]]
+# The work of one POST: given the transaction's connection and the events it announces (NOTIFYed by
+# the transaction's last statement, published to Redis after the commit), it returns the status code
+# and the JSON body of the response.
+Work = Callable[[Conn, events.Pending], Awaitable[tuple[int, Any]]]
 # How the work refuses a request: its own errors, or the schema catching input the code let through.
 SCHEMA_REFUSALS = (asyncpg.CheckViolationError, asyncpg.StringDataRightTruncationError)
 REFUSALS = (DomainError, *SCHEMA_REFUSALS)
+
+
+# Attempts of one POST: a refusal takes one more (guarded), a ledger conflict one more each.
+ATTEMPTS_MAX = 5
 
 
 class _Refused(Exception):
@@ -51,18 +57,26 @@ async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) 
         payments.clock(), payments.settings.idempotency_key_ttl_sec,
     )  # fmt: skip
     used = post_signature(request)
-    try:
-        return await _transaction(payments, wanted, used, work, guarded=False)
-    except _Refused:
-        # Nothing of the first attempt committed, the signature's memory included, so the second
-        # attempt remembers it as the first time.
-        return await _transaction(payments, wanted, used, work, guarded=True)
+    guarded = False
+    for attempt in range(1, ATTEMPTS_MAX + 1):
+        # Nothing of a failed attempt committed, the signature's memory included, so the next one
+        # remembers it as the first time.
+        try:
+            return await _transaction(payments, wanted, used, work, guarded=guarded)
+        except _Refused:
+            guarded = True
+        except LedgerConflictError:
+            # A ledger batch that ran without a savepoint met a transient conflict (a nanosecond
+            # timestamp taken by another process, a deadlock): the ledger's own retry, done whole.
+            if attempt == ATTEMPTS_MAX:
+                raise
+    raise AssertionError("unreachable: a guarded attempt answers refusals itself")
 
 
 async def _transaction(
     payments: Payments, wanted: idempotency.KeyClaim, used: UsedSignature, work: Work, *, guarded: bool
 ) -> Response:
-    events: list[dict[str, Any]] = []
+    pending = events.Pending()
     async with payments.pool.acquire() as conn, conn.transaction():
         fresh, stored = await idempotency.claim_signed(conn, wanted, used.signature, used.expires_at)
         if not fresh:
@@ -70,16 +84,17 @@ async def _transaction(
         if stored is not None:
             return _json(stored.body, stored.status_code, {REPLAYED_HEADER: "true"})
         if guarded:
-            status, payload = await _attempt(conn, work, events)
+            status, payload = await _attempt(conn, work, pending)
         else:
             try:
-                status, payload = await work(conn, events)
+                status, payload = await work(conn, pending)
             except REFUSALS as exc:
                 raise _Refused from exc
         await idempotency.store(
-            conn, wanted.service_id, wanted.key, idempotency.StoredOutcome(status, payload)
-        )
-    for event in events:
+            conn, wanted.service_id, wanted.key, idempotency.StoredOutcome(status, payload),
+            events.NOTIFY_CHANNEL, [events.notify_text(event) for event in pending.notified],
+        )  # fmt: skip
+    for event in pending.published:
         await publish(payments, event)
     return _json(payload, status)
 
@@ -88,17 +103,17 @@ def _json(payload: Any, status: int, headers: dict[str, str] | None = None) -> R
     return Response(orjson.dumps(payload), status_code=status, headers=headers, media_type="application/json")
 
 
-async def _attempt(conn: Conn, work: Work, events: list[dict[str, Any]]) -> tuple[int, Any]:
+async def _attempt(conn: Conn, work: Work, pending: events.Pending) -> tuple[int, Any]:
     """Run the work in a savepoint: a refused request leaves no effect but its stored answer."""
     try:
         async with conn.transaction():
-            return await work(conn, events)
+            return await work(conn, pending)
     except DomainError as exc:
-        events.clear()
+        pending.clear()
         return domain_status(exc), domain_error_body(exc)
     except SCHEMA_REFUSALS as exc:
         # The schema caught input the code should have refused first: still the client's input, so
         # a 422, but logged as the bug it is.
-        events.clear()
+        pending.clear()
         log.error("the schema refused input the code accepted", error=str(exc))
         return 422, error_body("constraint_violation", "the request breaks a rule of the data model", {})

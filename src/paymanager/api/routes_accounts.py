@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from paymanager.api.auth import authenticate
 from paymanager.api.idempotent import run_idempotent
 from paymanager.api.schemas import AccountCreate, AccountOut, BalanceOut, HistoryList
-from paymanager.application import accounts
+from paymanager.application import accounts, events
 from paymanager.application.context import Payments
 from paymanager.application.intent_queries import LIST_LIMIT_MAX, intent_view
 from paymanager.application.services import ServiceIdentity
@@ -28,7 +28,7 @@ async def create_account(
     payments: Payments = request.app.state.payments
     wanted = accounts.OpenAccount(AccountKind(body.kind), body.currency, body.reference)
 
-    async def work(conn: Conn, _: list[dict[str, Any]]) -> tuple[int, Any]:
+    async def work(conn: Conn, _: events.Pending) -> tuple[int, Any]:
         row = await accounts.open_account(payments, conn, caller, wanted)
         return 201, accounts.account_view(row)
 

@@ -44,7 +44,7 @@ async def quote_intent(
 ) -> Response:
     payments: Payments = request.app.state.payments
 
-    async def work(_: Conn, __: list[dict[str, Any]]) -> tuple[int, Any]:
+    async def work(_: Conn, __: events.Pending) -> tuple[int, Any]:
         return 200, quote_view(quote(payments, caller, body.channel.value, body.amount, body.currency))
 
     return await run_idempotent(request, caller, work)
@@ -60,8 +60,8 @@ async def create(
         body.description, body.metadata, body.expires_in_sec,
     )  # fmt: skip
 
-    async def work(conn: Conn, pending: list[dict[str, Any]]) -> tuple[int, Any]:
-        return 201, intent_view(await create_intent(payments, conn, caller, wanted, pending))
+    async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any]:
+        return 201, intent_view(await create_intent(payments, conn, caller, wanted, pending.published))
 
     return await run_idempotent(request, caller, work)
 
@@ -80,8 +80,8 @@ async def confirm(
 ) -> Response:
     payments: Payments = request.app.state.payments
 
-    async def work(conn: Conn, pending: list[dict[str, Any]]) -> tuple[int, Any]:
-        row = await confirm_intent(payments, conn, caller, intent_id, pending)
+    async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any]:
+        row = await confirm_intent(payments, conn, caller, intent_id, pending, hold_savepoint=False)
         if row["status"] == IntentStatus.EXPIRED:
             expired = IntentExpiredError(
                 "the invoice expired before it was confirmed", {"intent": intent_view(row)}
@@ -102,8 +102,8 @@ async def cancel(
 ) -> Response:
     payments: Payments = request.app.state.payments
 
-    async def work(conn: Conn, pending: list[dict[str, Any]]) -> tuple[int, Any]:
-        return 200, intent_view(await cancel_intent(payments, conn, caller, intent_id, pending))
+    async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any]:
+        return 200, intent_view(await cancel_intent(payments, conn, caller, intent_id, pending.published))
 
     return await run_idempotent(request, caller, work)
 

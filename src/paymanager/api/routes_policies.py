@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from paymanager.api.auth import require_admin
 from paymanager.api.idempotent import run_idempotent
 from paymanager.api.schemas import PolicyList, PolicyOut, PolicyPut
-from paymanager.application import policies
+from paymanager.application import events, policies
 from paymanager.application.context import Payments
 from paymanager.application.services import ServiceIdentity
 from paymanager.db.pool import Conn
@@ -29,7 +29,7 @@ async def put_policy(
         body.currencies,
     )  # fmt: skip
 
-    async def work(conn: Conn, _: list[dict[str, Any]]) -> tuple[int, Any]:
+    async def work(conn: Conn, _: events.Pending) -> tuple[int, Any]:
         row = await policies.put_policy(conn, payments.channels, given, payments.clock())
         return 200, policies.policy_view(row)
 

@@ -7,13 +7,13 @@ outbox): a rollback leaves no hold and no job, a commit leaves both.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from paymanager.application import events, ledger_ops
 from paymanager.application.context import Payments
 from paymanager.application.ids import new_id
-from paymanager.application.intent_queries import get_intent
+from paymanager.application.intent_queries import check_visible, get_intent
 from paymanager.application.services import ServiceIdentity
 from paymanager.application.settle_intent import EXPIRED, finish
 from paymanager.db.pool import Conn
@@ -53,43 +53,64 @@ async def confirm_intent(
     conn: Conn,
     caller: ServiceIdentity,
     intent_id: uuid.UUID,
-    pending: list[dict[str, Any]],
+    pending: events.Pending,
+    *,
+    hold_savepoint: bool = True,
 ) -> Any:
-    """The confirmed intent; or, for an invoice past `expires_at`, the intent now `expired`."""
-    row = await get_intent(conn, caller, intent_id, lock=True)
-    channel = payments.channels.get(row["channel"])
+    """The confirmed intent; or, for an invoice past `expires_at`, the intent now `expired`.
+
+    The confirmed event is left in `pending.notified`: the caller NOTIFYs it before its commit (one
+    round trip fewer than a NOTIFY of its own; `run_idempotent` sends it with the stored outcome).
+    `hold_savepoint=False` when the caller runs its whole transaction again on `LedgerConflictError`
+    (`run_idempotent` does): the hold then takes no savepoint, two round trips fewer.
+    """
     now = payments.clock()
-    transition(IntentStatus(row["status"]), IntentStatus.CONFIRMED, expires=channel.expires)
-    if row["expires_at"] is not None and now >= row["expires_at"]:
-        # The invoice expires now (committed), and the caller learns it from the returned status.
-        expired = await finish(
-            payments, conn, row, IntentStatus.EXPIRED, settled_by="confirm", reason=EXPIRED
-        )
-        pending.append(events.event_payload(expired))
-        return expired
     deadline_sec = payments.settings.intent_settle_deadline_sec
     hold_id = new_id()
-    # The event of the update, known before it: the next version, at `now`.
-    payload = events.event_payload(
-        {
-            **row,
-            "status": IntentStatus.CONFIRMED.value,
-            "version": row["version"] + 1,
-            "updated_at": now.astimezone(UTC),
-        }
-    )
+    # The common case in one round trip: a created, unexpired intent is confirmed and locked by the
+    # update itself. The rules below are checked on the updated row all the same, and a refusal rolls
+    # the update back with the rest of the transaction.
     updated = await conn.fetchrow(
-        Q["intent_confirm"], intent_id, now, now + timedelta(seconds=deadline_sec), hold_id,
-        events.NOTIFY_CHANNEL, events.notify_text(payload),
-    )  # fmt: skip
-    assert updated is not None, "the row lock guarantees the intent is still created"
-    assert events.event_payload(updated) == payload, "the notified event is the update's"
+        Q["intent_confirm"], intent_id, now, now + timedelta(seconds=deadline_sec), hold_id
+    )
+    if updated is None:
+        return await _not_confirmable(payments, conn, caller, intent_id, now, pending)
+    check_visible(updated, caller, intent_id)
+    channel = payments.channels.get(updated["channel"])
+    transition(IntentStatus.CREATED, IntentStatus.CONFIRMED, expires=channel.expires)
+    assert updated["expires_at"] is None or now < updated["expires_at"], "the update skips expired ones"
+    payload = events.event_payload(updated)
     if channel.settles_on_confirm:
         await enqueue_settlement(payments, conn, intent_id)
     # The hold comes last: it locks the payer's and a fee shard's account rows until the commit, and
     # every confirm and settlement of those accounts queues behind that lock, so the fewer statements
     # run while it is held the shorter the queue (lock waits on the fee shards were most of the api's
     # latency beside busy outbox workers). A refused hold still rolls all of this back.
-    await ledger_ops.hold(payments.ledger, conn, row, hold_id, deadline_sec + HOLD_TIMEOUT_MARGIN_SEC)
-    pending.append(payload)
+    await ledger_ops.hold(
+        payments.ledger, conn, updated, hold_id, deadline_sec + HOLD_TIMEOUT_MARGIN_SEC,
+        savepoint=hold_savepoint,
+    )  # fmt: skip
+    pending.published.append(payload)
+    pending.notified.append(payload)
     return updated
+
+
+async def _not_confirmable(
+    payments: Payments,
+    conn: Conn,
+    caller: ServiceIdentity,
+    intent_id: uuid.UUID,
+    now: datetime,
+    pending: events.Pending,
+) -> Any:
+    """An intent `intent_confirm` left alone (unknown, not created, or an invoice past its expiry),
+    decided under its row lock: the error that says why, or the invoice expired now (committed, and
+    the caller learns it from the returned status)."""
+    row = await get_intent(conn, caller, intent_id, lock=True)
+    channel = payments.channels.get(row["channel"])
+    transition(IntentStatus(row["status"]), IntentStatus.CONFIRMED, expires=channel.expires)
+    assert row["expires_at"] is not None, "a created intent that does not expire confirms"
+    assert now >= row["expires_at"], "a created, unexpired one confirms"
+    expired = await finish(payments, conn, row, IntentStatus.EXPIRED, settled_by="confirm", reason=EXPIRED)
+    pending.published.append(events.event_payload(expired))
+    return expired

@@ -8,6 +8,7 @@ message but never announce a change that did not happen. Subscribers re-read the
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
@@ -41,6 +42,20 @@ class NoPublisher:
 
     async def publish_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         del messages
+
+
+@dataclass(slots=True)
+class Pending:
+    """What one API transaction announces. `published` go to Redis after the commit; `notified` are
+    also NOTIFYed inside the transaction, by its last statement (`run_idempotent` sends them with
+    the stored outcome), so a status change and its NOTIFY cost no round trip of their own."""
+
+    published: list[dict[str, Any]] = field(default_factory=list)
+    notified: list[dict[str, Any]] = field(default_factory=list)
+
+    def clear(self) -> None:
+        self.published.clear()
+        self.notified.clear()
 
 
 def event_payload(intent: Any) -> dict[str, Any]:

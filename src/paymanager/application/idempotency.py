@@ -95,8 +95,14 @@ async def _stored(conn: Conn, wanted: KeyClaim) -> StoredOutcome:
     return StoredOutcome(row["status_code"], row["response_body"])
 
 
-async def store(conn: Conn, service_id: str, key: str, outcome: StoredOutcome) -> None:
-    await conn.execute(Q["idempotency_key_store"], service_id, key, outcome.status_code, outcome.body)
+async def store(
+    conn: Conn, service_id: str, key: str, outcome: StoredOutcome, notify_channel: str, notices: list[str]
+) -> None:
+    """Store the key's outcome and send `notices` on `notify_channel`, in one round trip."""
+    await conn.execute(
+        Q["idempotency_key_store"], service_id, key, outcome.status_code, outcome.body, notify_channel,
+        notices,
+    )  # fmt: skip
 
 
 async def prune(conn: Conn, now: datetime, limit: int) -> int:

@@ -27,7 +27,12 @@ SELECT method, path, request_hash, status_code, response_body
  WHERE service_id = $1 AND key = $2;
 
 -- name: idempotency_key_store
-UPDATE idempotency_key SET status_code = $3, response_body = $4 WHERE service_id = $1 AND key = $2;
+-- Stores outcome ($3, $4) of key $2 of service $1 and sends each NOTIFY of $6 on channel $5, in one
+-- round trip: a POST's last statement before its commit (see run_idempotent).
+WITH stored AS (
+    UPDATE idempotency_key SET status_code = $3, response_body = $4 WHERE service_id = $1 AND key = $2
+)
+SELECT pg_notify($5, notice) FROM unnest($6::text[]) AS notice;
 
 -- name: idempotency_key_prune
 DELETE FROM idempotency_key

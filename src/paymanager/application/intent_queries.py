@@ -59,9 +59,15 @@ def visible(row: Any, caller: ServiceIdentity | None) -> bool:
 async def get_intent(conn: Conn, caller: ServiceIdentity, intent_id: uuid.UUID, *, lock: bool = False) -> Any:
     """The intent, if the caller created it (or is an admin); `lock` takes its row lock."""
     row = await conn.fetchrow(Q["intent_lock" if lock else "intent_get"], intent_id)
+    check_visible(row, caller, intent_id)
+    return row
+
+
+def check_visible(row: Any, caller: ServiceIdentity, intent_id: uuid.UUID) -> None:
+    """`NotFoundError` unless the intent exists and the caller may see it (another service's intent
+    is answered as unknown, so its existence does not leak)."""
     if not visible(row, caller):
         raise NotFoundError("no such intent", {"intent_id": str(intent_id)})
-    return row
 
 
 async def list_intents(

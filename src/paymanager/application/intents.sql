@@ -24,16 +24,13 @@ SELECT * FROM intent WHERE id = $1;
 SELECT * FROM intent WHERE id = $1 FOR UPDATE;
 
 -- name: intent_confirm
--- Confirms a created intent and sends NOTIFY $6 on channel $5 in the same round trip: the caller
--- knows the event beforehand, as the row is locked and the update sets its version and time.
-WITH confirmed AS (
-    UPDATE intent
-       SET status = 'confirmed', version = version + 1, confirmed_at = $2, updated_at = $2,
-           settle_deadline_at = $3, hold_id = $4
-     WHERE id = $1 AND status = 'created'
-    RETURNING *
-)
-SELECT confirmed.*, pg_notify($5, $6) AS notified FROM confirmed;
+-- Confirms intent $1 at $2 if it is created and not past its expiry at $2, taking its row lock in the
+-- same round trip; nothing otherwise (confirm_intent then decides under the lock, see there).
+UPDATE intent
+   SET status = 'confirmed', version = version + 1, confirmed_at = $2, updated_at = $2,
+       settle_deadline_at = $3, hold_id = $4
+ WHERE id = $1 AND status = 'created' AND (expires_at IS NULL OR expires_at > $2)
+RETURNING *;
 
 -- name: intent_finish
 -- Moves an intent from status $3 to the terminal status $2; nothing when it is no longer in $3.

@@ -106,8 +106,13 @@ def _code(intent: Any, purpose: str) -> int:
     return FEE_TRANSFER_CODE if purpose == "fee" else TRANSFER_CODES[ChannelName(intent["channel"])]
 
 
-async def hold(ledger: Any, conn: Conn, intent: Any, hold_id: uuid.UUID, timeout_sec: int) -> None:
-    """Hold the intent's amount and fee with linked pending transfers, or raise `InsufficientFundsError`."""
+async def hold(
+    ledger: Any, conn: Conn, intent: Any, hold_id: uuid.UUID, timeout_sec: int, *, savepoint: bool = True
+) -> None:
+    """Hold the intent's amount and fee with linked pending transfers, or raise `InsufficientFundsError`.
+
+    `savepoint=False`: see `PostgresLedger.create_transfers` (the caller runs its transaction again on
+    `LedgerConflictError`)."""
     legs = _legs(intent)
     transfers = [
         Transfer(
@@ -123,7 +128,7 @@ async def hold(ledger: Any, conn: Conn, intent: Any, hold_id: uuid.UUID, timeout
         )
         for index, (purpose, debit, credit, amount) in enumerate(legs)
     ]
-    results = await ledger.create_transfers(transfers, conn=conn)
+    results = await ledger.create_transfers(transfers, conn=conn, savepoint=savepoint)
     if all(r.ok for r in results):
         return
     reasons = {r.result for r in results} - {CreateTransferResult.linked_event_failed}

@@ -40,7 +40,7 @@ Deliberate differences of the PostgreSQL ledger from TigerBeetle:
 from paymanager.ledger._batch import BALANCE_MAX
 from paymanager.ledger.connect import open_ledger
 from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
-from paymanager.ledger.postgres import PostgresLedger, Verification
+from paymanager.ledger.postgres import LedgerConflictError, PostgresLedger, Verification
 from paymanager.ledger.system_accounts import SystemAccountMismatchError, account_id_for, ensure_accounts
 from paymanager.ledger.tigerbeetle import TigerBeetleLedger
 from paymanager.ledger.types import (
@@ -81,6 +81,7 @@ __all__ = [
     "CreateTransferResult",
     "CreateTransferStatus",
     "Ledger",
+    "LedgerConflictError",
     "LedgerError",
     "LedgerUnavailableError",
     "Normal",

@@ -74,6 +74,16 @@ class _StaleReadError(Exception):
     """A referenced pending transfer appeared after its accounts were chosen for locking: retry."""
 
 
+class LedgerConflictError(Exception):
+    """A batch applied in the caller's transaction with `savepoint=False` met one of the transient
+    conflicts the ledger otherwise retries itself (see `_attempts`): the caller's transaction is
+    aborted, and running it again whole is the retry."""
+
+
+# The conflicts a batch starts again after (see `_after_conflict`).
+_TRANSIENT = (asyncpg.UniqueViolationError, _StaleReadError, asyncpg.DeadlockDetectedError)
+
+
 def _uuid(value: int) -> str:
     # asyncpg parses 32 hex digits in C: ten times cheaper than building uuid.UUID objects.
     return f"{value:032x}"
@@ -198,13 +208,18 @@ class PostgresLedger:
         return await self._run(conn, self._apply_accounts, accounts)
 
     async def create_transfers(
-        self, transfers: Sequence[Transfer], *, conn: Conn | None = None
+        self, transfers: Sequence[Transfer], *, conn: Conn | None = None, savepoint: bool = True
     ) -> list[TransferEventResult]:
+        """`savepoint=False` (with `conn`): the batch takes no savepoint in the caller's transaction,
+        two round trips fewer, and a transient conflict raises `LedgerConflictError` for the caller
+        to run its transaction again, instead of being retried here."""
         _check_batch(len(transfers))
         for transfer in transfers:
             validate_transfer(transfer)
         if not transfers:
             return []
+        if conn is not None and not savepoint:
+            return await self._once(conn, self._apply_transfers, (transfers, None))
         if conn is not None or not self._coalesce:
             return await self._run(conn, self._apply_transfers, (transfers, None))
         request = _Request(transfers, asyncio.get_running_loop().create_future())
@@ -287,20 +302,30 @@ class PostgresLedger:
             try:
                 async with conn.transaction():
                     return await apply(conn, events)
-            except asyncpg.UniqueViolationError as exc:
-                if attempt == _ATTEMPTS_MAX:
-                    raise
-                if exc.constraint_name == "ledger_transfer_timestamp_key":
-                    # Another process took these nanoseconds (clocks agree to the nanosecond more
-                    # often than one would think under load): jump past them by a random step.
-                    self._last_timestamp += secrets.randbelow(_TIMESTAMP_JUMP_NS_MAX) + 1
-            except (_StaleReadError, asyncpg.DeadlockDetectedError):
-                # A deadlock needs two batches that wait on each other's new ids in the unique
-                # index (their account locks are taken in one order); PostgreSQL breaks it by
-                # failing one of them, which starts again.
+            except _TRANSIENT as exc:
+                self._after_conflict(exc)
                 if attempt == _ATTEMPTS_MAX:
                     raise
         raise AssertionError("unreachable")
+
+    async def _once(self, conn: Conn, apply: Callable[[Conn, E], Awaitable[T]], events: E) -> T:
+        """One attempt without a savepoint: the caller retries its whole transaction on a conflict."""
+        try:
+            return await apply(conn, events)
+        except _TRANSIENT as exc:
+            self._after_conflict(exc)
+            raise LedgerConflictError(repr(exc)) from exc
+
+    def _after_conflict(self, exc: Exception) -> None:
+        # A deadlock needs two batches that wait on each other's new ids in the unique index (their
+        # account locks are taken in one order); PostgreSQL breaks it by failing one of them, which
+        # starts again, as does a batch that lost a race to insert the same id or read stale state.
+        if isinstance(exc, asyncpg.UniqueViolationError) and (
+            exc.constraint_name == "ledger_transfer_timestamp_key"
+        ):
+            # Another process took these nanoseconds (clocks agree to the nanosecond more often than
+            # one would think under load): jump past them by a random step.
+            self._last_timestamp += secrets.randbelow(_TIMESTAMP_JUMP_NS_MAX) + 1
 
     def _next_timestamp(self, count: int) -> int:
         base = max(self._clock(), self._last_timestamp + 1)

@@ -16,6 +16,7 @@ from paymanager.application.accounts import OpenAccount, open_account
 from paymanager.application.confirm_intent import confirm_intent
 from paymanager.application.context import Payments
 from paymanager.application.create_intent import IntentRequest, create_intent
+from paymanager.application.events import Pending
 from paymanager.application.ledger_ops import balance
 from paymanager.application.services import ServiceIdentity, create_service
 from paymanager.application.settle_intent import settle
@@ -47,7 +48,7 @@ async def _seed(
         for payer in payers:
             top_up = IntentRequest("admin-transfer", FUNDING, "THB", payee_account_id=payer)
             row = await create_intent(payments, conn, admin, top_up, [])
-            await confirm_intent(payments, conn, admin, row["id"], [])
+            await confirm_intent(payments, conn, admin, row["id"], Pending())
             await settle(payments, conn, row["id"], settled_by="test")
     return payers, payees
 
@@ -60,7 +61,7 @@ async def _create_and_confirm(
             for i in range(start, start + BATCH):
                 request = IntentRequest("internal-p2p", AMOUNT, "THB", payers[i % PAYERS], payees[i % PAYERS])
                 row = await create_intent(payments, conn, caller, request, [])
-                await confirm_intent(payments, conn, caller, row["id"], [])
+                await confirm_intent(payments, conn, caller, row["id"], Pending())
 
 
 async def _count(pool: asyncpg.Pool, status: str) -> int:

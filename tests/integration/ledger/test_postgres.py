@@ -10,6 +10,7 @@ import pytest
 from paymanager.ledger import (
     Account,
     CreateTransferResult,
+    LedgerConflictError,
     PostgresLedger,
     Transfer,
     TransferFlags,
@@ -135,6 +136,24 @@ async def test_two_processes_on_the_same_nanosecond_still_get_unique_timestamps(
     b = await second.create_transfers([Transfer(11, 1, 2, 1, ledger=1, code=1)])
     assert b[0].result is TR.created
     assert b[0].timestamp > a[0].timestamp
+
+
+async def test_a_batch_without_savepoint_leaves_a_conflict_to_the_callers_retry(pool: asyncpg.Pool) -> None:
+    start = FakeClock().now_ns
+    first = PostgresLedger(pool, clock=FakeClock(start))
+    await make_accounts(first, 1, 2)
+    await first.create_transfers([Transfer(10, 1, 2, 1, ledger=1, code=1)])  # nanosecond start + 2
+    second = PostgresLedger(pool, clock=FakeClock(start + 2))
+    transfer = Transfer(11, 1, 2, 1, ledger=1, code=1)
+    # The collision aborts the caller's transaction (no savepoint to undo only the batch): the
+    # ledger says so, and has moved its clock past the taken nanoseconds for the caller's retry.
+    with pytest.raises(LedgerConflictError):
+        async with pool.acquire() as conn, conn.transaction():
+            await second.create_transfers([transfer], conn=conn, savepoint=False)
+    async with pool.acquire() as conn, conn.transaction():
+        results = await second.create_transfers([transfer], conn=conn, savepoint=False)
+    assert results[0].result is TR.created
+    assert (await second.lookup_transfers([11]))[0].timestamp > start + 2
 
 
 async def test_racing_batches_with_one_id_and_different_accounts_create_it_once(pool: asyncpg.Pool) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import orjson
@@ -13,6 +14,7 @@ import pytest
 from paymanager.application.events import NOTIFY_CHANNEL, event_payload
 from paymanager.application.reconcile import reconcile
 from paymanager.application.settle_intent import settle
+from paymanager.ledger import LedgerConflictError, Transfer
 from tests.integration.payments.conftest import Api
 
 
@@ -337,3 +339,30 @@ async def test_confirm_refusals_and_its_notified_event(api: Api, database_url: s
         ]
     finally:
         await listener.close()
+
+
+async def test_confirm_runs_again_whole_after_a_ledger_conflict(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hold takes no savepoint of its own in the API: a transient ledger conflict aborts the POST's
+    transaction, which runs again whole, holding the funds once."""
+    payer, payee = await _funded_pair(api)
+    created = (await api.client.post("/intents", _p2p(payer, payee, 1_000))).json()
+    ledger = api.payments.ledger
+    real = ledger.create_transfers
+    calls: list[bool] = []
+
+    async def conflict_once(transfers: list[Transfer], *, conn: Any = None, savepoint: bool = True) -> Any:
+        calls.append(savepoint)
+        results = await real(transfers, conn=conn, savepoint=savepoint)
+        if len(calls) == 1:
+            raise LedgerConflictError("a conflict after the batch ran: the rollback must undo it")
+        return results
+
+    monkeypatch.setattr(ledger, "create_transfers", conflict_once)
+    confirmed = await api.client.post(f"/intents/{created['id']}/confirm")
+    assert confirmed.status_code == 200, confirmed.text
+    assert confirmed.json()["status"] == "confirmed"
+    assert calls == [False, False]
+    held = await api.client.balance(payer)
+    assert held["available"] == 10_000 - 1_000 - created["fee"]
