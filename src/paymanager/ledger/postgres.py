@@ -93,15 +93,24 @@ def _uuid(value: int) -> str:
 # join of formatted numbers costs a fraction of asyncpg's binary array encoder, which checks every
 # element's type in Python. Every element is a number or a name of ours, so nothing needs quoting.
 def _uuids(values: Iterable[int]) -> str:
-    return "{" + ",".join([f"{v:032x}" for v in values]) + "}"
+    # The 16 bytes of every id, joined, turned into hex in one call with a comma every 16 bytes:
+    # a third of the cost of formatting each id on its own (`f"{v:032x}"`). `to_bytes` raises
+    # OverflowError for a value outside u128, which validation excludes.
+    return "{" + b"".join([v.to_bytes(16, "big") for v in values]).hex(",", 16) + "}"
 
 
-def _opt_uuids(values: Iterable[int]) -> str:
+def _opt_uuids(values: Sequence[int]) -> str:
     """Zero (no id) becomes NULL."""
+    if not any(values):
+        return "{" + ",".join(["NULL"] * len(values)) + "}"
     return "{" + ",".join([f"{v:032x}" if v else "NULL" for v in values]) + "}"
 
 
-def _ints(values: Iterable[int]) -> str:
+def _ints(values: Sequence[int]) -> str:
+    # Most columns of a batch hold one value throughout (flags, ledger, code, user data, zero
+    # pending balances): counting it is a C loop, and then one number is formatted instead of all.
+    if values and values.count(values[0]) == len(values):
+        return "{" + ",".join([str(values[0])] * len(values)) + "}"
     return "{" + ",".join(map(str, values)) + "}"
 
 
@@ -373,7 +382,7 @@ class PostgresLedger:
         for pending_id in pending_ids:
             p = state.transfers.get(pending_id)
             if p is not None and not (
-                p.debit_account_id in state.accounts and p.credit_account_id in state.accounts
+                p.debit_account_id in state.account_rules and p.credit_account_id in state.account_rules
             ):
                 raise _StaleReadError
         return state
@@ -512,11 +521,7 @@ async def _load_batch(conn: Conn, account_ids: set[int], pending_ids: set[int], 
     for r in rows:
         kind = r[0]
         if kind == "A":
-            state.add_account(
-                Account(
-                    r[1].int, r[6], r[7], r[8], r[9], r[2].int, _u64(r[10]), r[11], r[12], r[13], r[14], r[15]
-                )
-            )
+            state.add_account_rules(r[1].int, r[12], r[14], (r[6], r[7], r[8], r[9]))
         elif kind == "T":
             pending_id = r[4]
             transfer = Transfer(
