@@ -102,8 +102,10 @@ async def test_job_running_past_its_lease_while_heartbeating_is_not_rescued(
     pool: asyncpg.Pool, spawn: Spawn
 ) -> None:
     await enqueue_many(pool, [NewJob("record", {"sleep_s": 3.0}, queue="crash")])
-    spawn("--concurrency", "1", "--lease-ms", "500")  # heartbeats every 125 ms; the job runs 6 leases
-    spawn("--concurrency", "1", "--lease-ms", "500")  # a second process, free to take a rescued job
+    # Heartbeats every 250 ms, so a process starved for under 750 ms (a loaded CI machine) keeps its
+    # lease; the job runs three leases.
+    spawn("--concurrency", "1", "--lease-ms", "1000")
+    spawn("--concurrency", "1", "--lease-ms", "1000")  # a second process, free to take a rescued job
     await wait_for(pool, "SELECT count(*) FROM job WHERE state = 'completed'", 1)
     row = await pool.fetchrow("SELECT attempt, stalled_count FROM job")
     assert row is not None
