@@ -462,6 +462,7 @@ def one_round(engine: str, dsn: str, n: int, only: set[str]) -> dict[str, float]
         figures["p50"] = percentile(latencies, 50)
         figures["p99"] = percentile(latencies, 99)
         figures["enqueue_p50"] = percentile(calls, 50)
+        figures["enqueue_p99"] = percentile(calls, 99)
     return figures
 
 
@@ -476,6 +477,7 @@ def report(n: int, rounds: dict[str, list[dict[str, float]]]) -> None:
         ("p50", f"enqueue-to-start latency p50 ({LATENCY_JOBS} jobs)", "ms", False),
         ("p99", f"enqueue-to-start latency p99 ({LATENCY_JOBS} jobs)", "ms", False),
         ("enqueue_p50", "  of it, the producer's enqueue call, p50", "ms", False),
+        ("enqueue_p99", "  the producer's enqueue call, p99", "ms", False),
         ("rss", "peak RSS of a worker process", "MiB", False),
     ]
     for key, label, unit, higher_is_better in lines:
