@@ -39,8 +39,8 @@ SCHEMA_REFUSALS = (asyncpg.CheckViolationError, asyncpg.StringDataRightTruncatio
 REFUSALS = (DomainError, *SCHEMA_REFUSALS)
 
 
-# Attempts of one POST: a refusal takes one more (guarded), a ledger conflict one more each.
-ATTEMPTS_MAX = 5
+# Runs of one POST again after a transient ledger conflict, before the conflict is raised.
+LEDGER_CONFLICT_RETRIES_MAX = 4
 
 
 class _Refused(Exception):
@@ -58,19 +58,20 @@ async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) 
     )  # fmt: skip
     used = post_signature(request)
     guarded = False
-    for attempt in range(1, ATTEMPTS_MAX + 1):
+    conflicts = 0
+    while True:
         # Nothing of a failed attempt committed, the signature's memory included, so the next one
         # remembers it as the first time.
         try:
             return await _transaction(payments, wanted, used, work, guarded=guarded)
         except _Refused:
-            guarded = True
+            guarded = True  # a guarded attempt answers a refusal itself, so this happens once
         except LedgerConflictError:
             # A ledger batch that ran without a savepoint met a transient conflict (a nanosecond
             # timestamp taken by another process, a deadlock): the ledger's own retry, done whole.
-            if attempt == ATTEMPTS_MAX:
+            conflicts += 1
+            if conflicts > LEDGER_CONFLICT_RETRIES_MAX:
                 raise
-    raise AssertionError("unreachable: a guarded attempt answers refusals itself")
 
 
 async def _transaction(

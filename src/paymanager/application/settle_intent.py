@@ -131,8 +131,9 @@ async def settle_many(
             finished.append((index, failed))
         else:
             finished.append((index, plan))
-    for index, event in await _finish_many(conn, [plan for _, plan in finished], now, settled_by):
-        outcomes[finished[index][0]] = event
+    announced = await _finish_many(conn, [plan for _, plan in finished], now, settled_by)
+    for (index, _), event in zip(finished, announced, strict=True):
+        outcomes[index] = event
     return outcomes
 
 
@@ -146,8 +147,8 @@ def _plan(payments: Payments, row: Any, now: datetime) -> _Plan:
 
 async def _finish_many(
     conn: Conn, plans: list[_Plan], now: datetime, settled_by: str
-) -> list[tuple[int, dict[str, Any]]]:
-    """One statement: the status updates, settlement rows and NOTIFYs of `plans`; their events."""
+) -> list[dict[str, Any]]:
+    """One statement: the status updates, settlement rows and NOTIFYs of `plans`; their events, in order."""
     if not plans:
         return []
     # The rows are locked, so each event is known before the update: the version goes up by one.
@@ -166,7 +167,7 @@ async def _finish_many(
         events.NOTIFY_CHANNEL,
     )  # fmt: skip
     assert len(done) == len(plans), "the row locks guarantee every planned intent was confirmed"
-    return list(enumerate(notices))
+    return notices
 
 
 def settle_handler(payments: Payments, *, batch_max: int | None = None) -> Any:

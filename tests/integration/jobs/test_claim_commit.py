@@ -19,15 +19,12 @@ from paymanager.jobs._queries import Q
 from tests.integration.jobs.conftest import FAST, StartWorker, wait_until
 
 
-async def commit_setting_after_claim(conn: asyncpg.Connection, quick: bool, completions: list[Any]) -> str:
-    """`synchronous_commit` as the claim statement leaves it for its own commit."""
-    ids, tokens, results = (list(x) for x in zip(*completions, strict=True)) if completions else ([], [], [])
+async def commit_setting_after_claim(conn: asyncpg.Connection, quick: bool) -> str:
+    """`synchronous_commit` as a claim statement that completes nothing leaves it for its commit."""
     async with conn.transaction():
-        await conn.fetch(
-            Q["job_claim_batch"], ["default"], [10], "t", 30_000, ids, tokens, results, False, quick
-        )
+        await conn.fetch(Q["job_claim_batch"], ["default"], [10], "t", 30_000, [], [], [], False, quick)
         setting = str(await conn.fetchval("SHOW synchronous_commit"))
-        # The setting is the transaction's own: the next transaction is back to the session's.
+    # The setting was the transaction's own: the next transaction is back to the session's.
     assert await conn.fetchval("SHOW synchronous_commit") == "on"
     return setting
 
@@ -37,8 +34,8 @@ async def test_the_claim_statement_turns_off_the_wait_for_its_flush_only_when_as
 ) -> None:
     await enqueue(pool, "k", {})
     async with pool.acquire() as conn:
-        assert await commit_setting_after_claim(conn, quick=False, completions=[]) == "on"
-        assert await commit_setting_after_claim(conn, quick=True, completions=[]) == "off"
+        assert await commit_setting_after_claim(conn, quick=False) == "on"
+        assert await commit_setting_after_claim(conn, quick=True) == "off"
 
 
 async def test_a_worker_claims_quickly_only_when_the_claim_writes_no_completion(

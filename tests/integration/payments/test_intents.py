@@ -366,3 +366,29 @@ async def test_confirm_runs_again_whole_after_a_ledger_conflict(
     assert calls == [False, False]
     held = await api.client.balance(payer)
     assert held["available"] == 10_000 - 1_000 - created["fee"]
+
+
+async def test_a_refusal_after_ledger_conflicts_is_still_answered_as_a_refusal(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Conflicts and a refusal each run the POST again, on budgets of their own: a refused hold after
+    the last conflict retry is a stored 422, not a server error."""
+    payer, payee = await _funded_pair(api, amount=100)
+    created = (await api.client.post("/intents", _p2p(payer, payee, 1_000))).json()
+    ledger = api.payments.ledger
+    real = ledger.create_transfers
+    calls: list[bool] = []
+
+    async def conflicts_first(transfers: list[Transfer], *, conn: Any = None, savepoint: bool = True) -> Any:
+        calls.append(savepoint)
+        if len(calls) <= 4:
+            raise LedgerConflictError("a transient conflict")
+        return await real(transfers, conn=conn, savepoint=savepoint)
+
+    monkeypatch.setattr(ledger, "create_transfers", conflicts_first)
+    refused = await api.client.post(f"/intents/{created['id']}/confirm")
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["code"] == "insufficient_funds"
+    assert len(calls) == 6  # four conflicts, the refusal, the refusal answered in its savepoint
+    intent = (await api.client.get(f"/intents/{created['id']}")).json()
+    assert intent["status"] == "created"
