@@ -1,6 +1,6 @@
 """Job engine benchmark: paymanager's engine against PGQueuer, in ONE run on the same PostgreSQL.
 
-    .venv/bin/python bench/jobs.py [--jobs 20000] [--retention-jobs 100000] [--skip-retention]
+    .venv/bin/python bench/jobs.py [--jobs 20000] [--retention-jobs 100000] [--retention-rounds 5] [--skip-retention]
                                    [--only proc1,proc2,latency] [--loop uvloop|asyncio]
 
 Figures (each printed with PGQueuer's figure from the same run and the ratio):
@@ -517,7 +517,7 @@ def bench(args: argparse.Namespace) -> None:
         if not args.skip_retention:
             dsn = asyncio.run(create_database("ours"))
             created.append(dsn)
-            for done, size, rows in asyncio.run(retention_run(dsn, args.retention_jobs, 5)):
+            for done, size, rows in asyncio.run(retention_run(dsn, args.retention_jobs, args.retention_rounds)):
                 print(
                     f"jobs table after {done:>7} jobs (keep 1000 completed): "
                     f"{size / 1024:>8.0f} KiB, {rows} rows"
@@ -537,6 +537,7 @@ def main() -> None:
     )
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--retention-jobs", type=int, default=100_000)
+    parser.add_argument("--retention-rounds", type=int, default=5, help="rounds of the retention run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-retention", action="store_true")
     parser.add_argument(
