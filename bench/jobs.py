@@ -1,7 +1,7 @@
 """Job engine benchmark: paymanager's engine against PGQueuer, in ONE run on the same PostgreSQL.
 
-    .venv/bin/python bench/jobs.py [--jobs 20000] [--retention-jobs 100000] [--retention-rounds 5] [--skip-retention]
-                                   [--only proc1,proc2,latency] [--loop uvloop|asyncio]
+    .venv/bin/python bench/jobs.py [--jobs 20000] [--retention-jobs 100000] [--retention-rounds 5]
+                                   [--skip-retention] [--only proc1,proc2,latency] [--loop uvloop|asyncio]
 
 Figures (each printed with PGQueuer's figure from the same run and the ratio):
 - processing N pre-queued no-op jobs with 1 and 2 worker processes (leases, heartbeats, fencing on,
@@ -517,7 +517,9 @@ def bench(args: argparse.Namespace) -> None:
         if not args.skip_retention:
             dsn = asyncio.run(create_database("ours"))
             created.append(dsn)
-            for done, size, rows in asyncio.run(retention_run(dsn, args.retention_jobs, args.retention_rounds)):
+            for done, size, rows in asyncio.run(
+                retention_run(dsn, args.retention_jobs, args.retention_rounds)
+            ):
                 print(
                     f"jobs table after {done:>7} jobs (keep 1000 completed): "
                     f"{size / 1024:>8.0f} KiB, {rows} rows"
