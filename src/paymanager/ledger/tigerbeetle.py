@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 from paymanager.ledger.port import Ledger, check_history_limit
@@ -122,8 +123,8 @@ class TigerBeetleLedger:
             validate_account(account)
         if not accounts:
             return []
-        results = await self._client.create_accounts([self._to_tb_account(a) for a in accounts])
-        return [AccountEventResult(r.timestamp, CreateAccountResult(int(r.status))) for r in results]
+        results = await self._client.create_accounts([_to_tb_account(self._tb, a) for a in accounts])
+        return [_from_tb_account_result(r) for r in results]
 
     async def create_transfers(self, transfers: Sequence[Transfer]) -> list[TransferEventResult]:
         _check_batch(len(transfers))
@@ -131,8 +132,8 @@ class TigerBeetleLedger:
             validate_transfer(transfer)
         if not transfers:
             return []
-        results = await self._client.create_transfers([self._to_tb_transfer(t) for t in transfers])
-        return [TransferEventResult(r.timestamp, CreateTransferResult(int(r.status))) for r in results]
+        results = await self._client.create_transfers([_to_tb_transfer(self._tb, t) for t in transfers])
+        return [_from_tb_transfer_result(r) for r in results]
 
     async def expire_pending(self, now: int | None = None, *, limit: int = 1000) -> int:
         """TigerBeetle expires pending transfers by itself, on its own clock."""
@@ -162,12 +163,9 @@ class TigerBeetleLedger:
         reversed: bool = False,
     ) -> list[Transfer]:
         check_history_limit(limit)
-        flags = self._tb.AccountFilterFlags.DEBITS | self._tb.AccountFilterFlags.CREDITS
-        if reversed:
-            flags |= self._tb.AccountFilterFlags.REVERSED
-        query = self._tb.AccountFilter(
-            account_id=account_id, user_data_128=0, user_data_64=0, user_data_32=0, code=code,
-            timestamp_min=timestamp_min, timestamp_max=timestamp_max, limit=limit, flags=flags,
+        query = _account_filter(
+            self._tb, account_id, timestamp_min=timestamp_min, timestamp_max=timestamp_max, code=code,
+            limit=limit, reversed=reversed,
         )  # fmt: skip
         return [_from_tb_transfer(t) for t in await self._client.get_account_transfers(query)]
 
@@ -186,23 +184,51 @@ class TigerBeetleLedger:
     async def close(self) -> None:
         await self._client.close()
 
-    # --- translation ---------------------------------------------------------------------------
 
-    def _to_tb_account(self, a: Account) -> Any:
-        return self._tb.Account(
-            id=a.id, debits_pending=a.debits_pending, debits_posted=a.debits_posted,
-            credits_pending=a.credits_pending, credits_posted=a.credits_posted, user_data_128=a.user_data_128,
-            user_data_64=a.user_data_64, user_data_32=a.user_data_32, ledger=a.ledger, code=a.code,
-            flags=self._tb.AccountFlags(a.flags), timestamp=a.timestamp,
-        )  # fmt: skip
+# --- translation -------------------------------------------------------------------------------
+# Module functions taking the client module `tb`, so tests/unit/ledger/test_tigerbeetle_mapping.py
+# checks them against the installed client without a server.
 
-    def _to_tb_transfer(self, t: Transfer) -> Any:
-        return self._tb.Transfer(
-            id=t.id, debit_account_id=t.debit_account_id, credit_account_id=t.credit_account_id,
-            amount=t.amount, pending_id=t.pending_id, user_data_128=t.user_data_128,
-            user_data_64=t.user_data_64, user_data_32=t.user_data_32, timeout=t.timeout, ledger=t.ledger,
-            code=t.code, flags=self._tb.TransferFlags(t.flags), timestamp=t.timestamp,
-        )  # fmt: skip
+
+def _to_tb_account(tb: ModuleType, a: Account) -> Any:
+    return tb.Account(
+        id=a.id, debits_pending=a.debits_pending, debits_posted=a.debits_posted,
+        credits_pending=a.credits_pending, credits_posted=a.credits_posted, user_data_128=a.user_data_128,
+        user_data_64=a.user_data_64, user_data_32=a.user_data_32, ledger=a.ledger, code=a.code,
+        flags=tb.AccountFlags(a.flags), timestamp=a.timestamp,
+    )  # fmt: skip
+
+
+def _to_tb_transfer(tb: ModuleType, t: Transfer) -> Any:
+    return tb.Transfer(
+        id=t.id, debit_account_id=t.debit_account_id, credit_account_id=t.credit_account_id,
+        amount=t.amount, pending_id=t.pending_id, user_data_128=t.user_data_128,
+        user_data_64=t.user_data_64, user_data_32=t.user_data_32, timeout=t.timeout, ledger=t.ledger,
+        code=t.code, flags=tb.TransferFlags(t.flags), timestamp=t.timestamp,
+    )  # fmt: skip
+
+
+def _account_filter(
+    tb: ModuleType, account_id: int, *, timestamp_min: int, timestamp_max: int, code: int, limit: int,
+    reversed: bool,
+) -> Any:  # fmt: skip
+    """An account's transfers on both sides, as `Ledger.get_account_transfers` asks for them."""
+    flags = tb.AccountFilterFlags.DEBITS | tb.AccountFilterFlags.CREDITS
+    if reversed:
+        flags |= tb.AccountFilterFlags.REVERSED
+    return tb.AccountFilter(
+        account_id=account_id, user_data_128=0, user_data_64=0, user_data_32=0, code=code,
+        timestamp_min=timestamp_min, timestamp_max=timestamp_max, limit=limit, flags=flags,
+    )  # fmt: skip
+
+
+def _from_tb_account_result(r: Any) -> AccountEventResult:
+    # Our result codes carry TigerBeetle's wire values, so a status maps by value.
+    return AccountEventResult(r.timestamp, CreateAccountResult(int(r.status)))
+
+
+def _from_tb_transfer_result(r: Any) -> TransferEventResult:
+    return TransferEventResult(r.timestamp, CreateTransferResult(int(r.status)))
 
 
 def _from_tb_account(a: Any) -> Account:
