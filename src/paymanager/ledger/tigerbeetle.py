@@ -7,13 +7,19 @@ answers, so this module loads without the extra installed.
 Connecting follows the source system (`connectTb`): 5 tries, waiting 2000 ms x try between them
 (linear, although the source calls it exponential). The client itself retries requests forever and
 has no timeout, so reachability is probed with a TCP connection to the replicas first, and `ping`
-bounds its request with a timeout.
+bounds its wait with a timeout.
+
+The client cannot withdraw a request it has submitted, and a request whose coroutine is cancelled
+stays registered in it, so that the client's `close()` then fails an assertion. The adapter
+therefore never cancels a request: each runs as a task of its own, which a timeout or a caller
+giving up stops waiting for, and which ends when the server answers or `close()` ends it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from types import ModuleType
 from typing import Any
 
 from paymanager.ledger.port import Ledger, check_history_limit
@@ -79,8 +85,11 @@ async def _probe(endpoints: list[tuple[str, int]]) -> str | None:
 class TigerBeetleLedger:
     """The `Ledger` port on a TigerBeetle cluster."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, ping_timeout_s: float = PING_TIMEOUT_S) -> None:
         self._client = client
+        self._ping_timeout_s = ping_timeout_s
+        self._requests: set[asyncio.Task[Any]] = set()  # submitted, not yet answered
+        self._ping: asyncio.Task[Any] | None = None
         import tigerbeetle as tb
 
         self._tb = tb
@@ -122,8 +131,10 @@ class TigerBeetleLedger:
             validate_account(account)
         if not accounts:
             return []
-        results = await self._client.create_accounts([self._to_tb_account(a) for a in accounts])
-        return [AccountEventResult(r.timestamp, CreateAccountResult(int(r.status))) for r in results]
+        results = await self._request(
+            self._client.create_accounts([_to_tb_account(self._tb, a) for a in accounts])
+        )
+        return [_from_tb_account_result(r) for r in results]
 
     async def create_transfers(self, transfers: Sequence[Transfer]) -> list[TransferEventResult]:
         _check_batch(len(transfers))
@@ -131,8 +142,10 @@ class TigerBeetleLedger:
             validate_transfer(transfer)
         if not transfers:
             return []
-        results = await self._client.create_transfers([self._to_tb_transfer(t) for t in transfers])
-        return [TransferEventResult(r.timestamp, CreateTransferResult(int(r.status))) for r in results]
+        results = await self._request(
+            self._client.create_transfers([_to_tb_transfer(self._tb, t) for t in transfers])
+        )
+        return [_from_tb_transfer_result(r) for r in results]
 
     async def expire_pending(self, now: int | None = None, *, limit: int = 1000) -> int:
         """TigerBeetle expires pending transfers by itself, on its own clock."""
@@ -143,12 +156,14 @@ class TigerBeetleLedger:
 
     async def lookup_accounts(self, ids: Sequence[int]) -> list[Account]:
         _check_batch(len(ids))
-        found = {a.id: _from_tb_account(a) for a in await self._client.lookup_accounts(list(ids))}
+        accounts = await self._request(self._client.lookup_accounts(list(ids)))
+        found = {a.id: _from_tb_account(a) for a in accounts}
         return [found[i] for i in ids if i in found]
 
     async def lookup_transfers(self, ids: Sequence[int]) -> list[Transfer]:
         _check_batch(len(ids))
-        found = {t.id: _from_tb_transfer(t) for t in await self._client.lookup_transfers(list(ids))}
+        transfers = await self._request(self._client.lookup_transfers(list(ids)))
+        found = {t.id: _from_tb_transfer(t) for t in transfers}
         return [found[i] for i in ids if i in found]
 
     async def get_account_transfers(
@@ -162,14 +177,11 @@ class TigerBeetleLedger:
         reversed: bool = False,
     ) -> list[Transfer]:
         check_history_limit(limit)
-        flags = self._tb.AccountFilterFlags.DEBITS | self._tb.AccountFilterFlags.CREDITS
-        if reversed:
-            flags |= self._tb.AccountFilterFlags.REVERSED
-        query = self._tb.AccountFilter(
-            account_id=account_id, user_data_128=0, user_data_64=0, user_data_32=0, code=code,
-            timestamp_min=timestamp_min, timestamp_max=timestamp_max, limit=limit, flags=flags,
+        query = _account_filter(
+            self._tb, account_id, timestamp_min=timestamp_min, timestamp_max=timestamp_max, code=code,
+            limit=limit, reversed=reversed,
         )  # fmt: skip
-        return [_from_tb_transfer(t) for t in await self._client.get_account_transfers(query)]
+        return [_from_tb_transfer(t) for t in await self._request(self._client.get_account_transfers(query))]
 
     async def balance(self, account_id: int, normal: Normal | None = None) -> Balance:
         found = await self.lookup_accounts([account_id])
@@ -178,31 +190,80 @@ class TigerBeetleLedger:
         return balance_of(found[0], normal)
 
     async def ping(self) -> None:
+        # At most one ping in flight: probes repeated through an outage wait for the same lookup
+        # rather than queue one more each in the client, which would send them all on recovery.
+        if self._ping is None or self._ping.done():
+            self._ping = self._submit(self._client.lookup_accounts([1]))
         try:
-            await asyncio.wait_for(self._client.lookup_accounts([1]), PING_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.shield(self._ping), self._ping_timeout_s)
         except TimeoutError as exc:
-            raise LedgerUnavailableError(f"TigerBeetle did not answer within {PING_TIMEOUT_S} s") from exc
+            raise LedgerUnavailableError(
+                f"TigerBeetle did not answer within {self._ping_timeout_s} s"
+            ) from exc
 
     async def close(self) -> None:
+        # The client ends what is still in flight with ClientClosedError; collect those outcomes
+        # so that none is reported as an exception never retrieved.
         await self._client.close()
+        await asyncio.gather(*self._requests, return_exceptions=True)
 
-    # --- translation ---------------------------------------------------------------------------
+    # --- requests ------------------------------------------------------------------------------
 
-    def _to_tb_account(self, a: Account) -> Any:
-        return self._tb.Account(
-            id=a.id, debits_pending=a.debits_pending, debits_posted=a.debits_posted,
-            credits_pending=a.credits_pending, credits_posted=a.credits_posted, user_data_128=a.user_data_128,
-            user_data_64=a.user_data_64, user_data_32=a.user_data_32, ledger=a.ledger, code=a.code,
-            flags=self._tb.AccountFlags(a.flags), timestamp=a.timestamp,
-        )  # fmt: skip
+    def _submit(self, call: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(call)
+        self._requests.add(task)  # also the strong reference a running task needs
+        task.add_done_callback(self._requests.discard)
+        return task
 
-    def _to_tb_transfer(self, t: Transfer) -> Any:
-        return self._tb.Transfer(
-            id=t.id, debit_account_id=t.debit_account_id, credit_account_id=t.credit_account_id,
-            amount=t.amount, pending_id=t.pending_id, user_data_128=t.user_data_128,
-            user_data_64=t.user_data_64, user_data_32=t.user_data_32, timeout=t.timeout, ledger=t.ledger,
-            code=t.code, flags=self._tb.TransferFlags(t.flags), timestamp=t.timestamp,
-        )  # fmt: skip
+    async def _request(self, call: Coroutine[Any, Any, Any]) -> Any:
+        """The call's result; cancelling the caller stops the wait, never the request (see above)."""
+        return await asyncio.shield(self._submit(call))
+
+
+# --- translation -------------------------------------------------------------------------------
+# Module functions taking the client module `tb`, so tests/unit/ledger/test_tigerbeetle_mapping.py
+# checks them against the installed client without a server.
+
+
+def _to_tb_account(tb: ModuleType, a: Account) -> Any:
+    return tb.Account(
+        id=a.id, debits_pending=a.debits_pending, debits_posted=a.debits_posted,
+        credits_pending=a.credits_pending, credits_posted=a.credits_posted, user_data_128=a.user_data_128,
+        user_data_64=a.user_data_64, user_data_32=a.user_data_32, ledger=a.ledger, code=a.code,
+        flags=tb.AccountFlags(a.flags), timestamp=a.timestamp,
+    )  # fmt: skip
+
+
+def _to_tb_transfer(tb: ModuleType, t: Transfer) -> Any:
+    return tb.Transfer(
+        id=t.id, debit_account_id=t.debit_account_id, credit_account_id=t.credit_account_id,
+        amount=t.amount, pending_id=t.pending_id, user_data_128=t.user_data_128,
+        user_data_64=t.user_data_64, user_data_32=t.user_data_32, timeout=t.timeout, ledger=t.ledger,
+        code=t.code, flags=tb.TransferFlags(t.flags), timestamp=t.timestamp,
+    )  # fmt: skip
+
+
+def _account_filter(
+    tb: ModuleType, account_id: int, *, timestamp_min: int, timestamp_max: int, code: int, limit: int,
+    reversed: bool,
+) -> Any:  # fmt: skip
+    """An account's transfers on both sides, as `Ledger.get_account_transfers` asks for them."""
+    flags = tb.AccountFilterFlags.DEBITS | tb.AccountFilterFlags.CREDITS
+    if reversed:
+        flags |= tb.AccountFilterFlags.REVERSED
+    return tb.AccountFilter(
+        account_id=account_id, user_data_128=0, user_data_64=0, user_data_32=0, code=code,
+        timestamp_min=timestamp_min, timestamp_max=timestamp_max, limit=limit, flags=flags,
+    )  # fmt: skip
+
+
+def _from_tb_account_result(r: Any) -> AccountEventResult:
+    # Our result codes carry TigerBeetle's wire values, so a status maps by value.
+    return AccountEventResult(r.timestamp, CreateAccountResult(int(r.status)))
+
+
+def _from_tb_transfer_result(r: Any) -> TransferEventResult:
+    return TransferEventResult(r.timestamp, CreateTransferResult(int(r.status)))
 
 
 def _from_tb_account(a: Any) -> Account:
