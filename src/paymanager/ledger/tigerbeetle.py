@@ -32,6 +32,7 @@ from paymanager.ledger.types import (
     BatchTooLargeError,
     CreateAccountResult,
     CreateTransferResult,
+    LedgerError,
     LedgerUnavailableError,
     Normal,
     Transfer,
@@ -216,8 +217,19 @@ class TigerBeetleLedger:
         return task
 
     async def _request(self, call: Coroutine[Any, Any, Any]) -> Any:
-        """The call's result; cancelling the caller stops the wait, never the request (see above)."""
-        return await asyncio.shield(self._submit(call))
+        """The call's result; cancelling the caller stops the wait, never the request (see above).
+
+        The client's own failures leave as the port's errors: a closed or evicted client session
+        can no longer reach the cluster (`LedgerUnavailableError`; an evicted session must be
+        replaced by a new client), and a request the cluster's message size cannot hold is the
+        caller's batch being too large for this cluster (`LedgerError`).
+        """
+        try:
+            return await asyncio.shield(self._submit(call))
+        except (self._tb.ClientClosedError, self._tb.ClientEvictedError) as exc:
+            raise LedgerUnavailableError(f"TigerBeetle client unusable: {type(exc).__name__}") from exc
+        except self._tb.TooMuchDataError as exc:
+            raise LedgerError(f"the request is larger than the TigerBeetle cluster accepts: {exc}") from exc
 
 
 # --- translation -------------------------------------------------------------------------------

@@ -45,3 +45,10 @@ async def test_a_request_its_caller_stopped_waiting_for_leaves_the_client_closab
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(ledger.lookup_accounts([1]), 0.2)
     await asyncio.wait_for(ledger.close(), 10)
+
+
+async def test_a_request_on_a_closed_client_is_the_ports_unavailable_error() -> None:
+    ledger = _unanswered_ledger()
+    await asyncio.wait_for(ledger.close(), 10)
+    with pytest.raises(LedgerUnavailableError, match="ClientClosedError"):
+        await ledger.lookup_accounts([1])
