@@ -11,8 +11,11 @@ import redis.asyncio as aioredis
 
 from paymanager.db.pool import create_pool
 from tests.support.databases import DatabaseFactory, find_server, run_sync
+from tests.support.examples import load_scaled_profile
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+load_scaled_profile()
 
 
 @pytest.fixture(scope="session")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
 
 from tests.e2e.payments.conftest import Server, clients, create_service, start_server
 from tests.integration.payments.signed_client import SignedClient
@@ -110,6 +112,20 @@ async def _sse_events(http: httpx.AsyncClient, client: SignedClient, intent_id: 
                     return
 
 
+async def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not come within {timeout_s}s"
+        await asyncio.sleep(0.01)
+
+
+async def _subscribed(pubsub: PubSub, timeout_s: float = 10) -> None:
+    """Until Redis confirms the subscription: `psubscribe` returns once the command is sent."""
+    deadline = time.monotonic() + timeout_s
+    while (message := await pubsub.get_message(timeout=1)) is None or message["type"] != "psubscribe":
+        assert time.monotonic() < deadline, f"no subscription confirmed within {timeout_s}s"
+
+
 async def test_sse_and_redis_receive_every_status_change(
     server: Server, http: httpx.AsyncClient, redis_url: str
 ) -> None:
@@ -120,11 +136,14 @@ async def test_sse_and_redis_receive_every_status_change(
     pubsub = redis.pubsub()
     await pubsub.psubscribe("intent.*")
     try:
+        await _subscribed(pubsub)
         created = await shop.post("/intents", p2p(payer, payee, 1_000))
         intent_id = created.json()["id"]
         seen_sse: list[str] = []
         sse = asyncio.create_task(_sse_events(http, shop, intent_id, seen_sse))
-        await asyncio.sleep(0.3)
+        # The stream's first event is the state it read when it started: confirming before then
+        # would make that first event "confirmed" (a fixed sleep here lost that race under load).
+        await _wait_for(lambda: bool(seen_sse) or sse.done(), "the stream's first event")
         await shop.post(f"/intents/{intent_id}/confirm")
         await asyncio.wait_for(sse, timeout=20)
         seen_redis: list[str] = []

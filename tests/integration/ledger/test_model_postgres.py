@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from paymanager.db.pool import create_pool
 from paymanager.ledger import PostgresLedger
 from tests.support.databases import run_sync
+from tests.support.examples import examples
 from tests.unit.ledger.model import SECOND, Model
 from tests.unit.ledger.programs import base_accounts, funding, map_ids, steps
 
@@ -72,7 +73,9 @@ async def run(database_url: str, program: list[Any]) -> None:
 
 
 # The database is shared by the examples on purpose: each works in its own id space and time range.
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(program=steps())
 def test_postgres_ledger_agrees_with_the_model(database_url: str, program: list[Any]) -> None:
     run_sync(run(database_url, program))

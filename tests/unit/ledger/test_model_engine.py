@@ -8,6 +8,7 @@ from hypothesis import given, settings
 
 from paymanager.ledger import Transfer
 from paymanager.ledger._batch import PENDING, BatchState
+from tests.support.examples import examples
 from tests.unit.ledger.model import SECOND, Model
 from tests.unit.ledger.programs import base_accounts, funding, steps
 
@@ -66,7 +67,7 @@ def run(program: list[Any]) -> None:
     assert debits == credits
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(steps())
 def test_engine_agrees_with_the_model(program: list[Any]) -> None:
     run(program)
