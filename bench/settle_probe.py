@@ -1,6 +1,7 @@
 """Phase 3 of bench/intents.py taken apart: what bounds 2 `outbox-worker` processes draining a backlog.
 
-Run: `.venv/bin/python bench/settle_probe.py --count 3000 --rounds 3 --variant A= --variant B=OUTBOX_CONCURRENCY=100`
+Run: `.venv/bin/python bench/settle_probe.py --count 3000 --rounds 3 --variant a= --variant b=FEE=grouped`
+(`--variant NAME=VAR=value,VAR=value`; `NAME=` alone: phase 3 as it is.)
 
 Each variant is a set of environment variables for the worker processes (on top of phase 3's). Round
 after round, in alternating order, every variant drains a fresh backlog of `--count` confirmed intents
@@ -24,7 +25,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -158,7 +158,8 @@ async def run_round(
         stop.set()
         intents.stop(procs)
     rows = await pool.fetch(
-        "SELECT s.settled_by, s.created_at, count(*) AS n FROM settlement s JOIN intent i ON i.id = s.intent_id"
+        "SELECT s.settled_by, s.created_at, count(*) AS n"
+        " FROM settlement s JOIN intent i ON i.id = s.intent_id"
         " WHERE i.channel = 'internal-p2p' AND s.created_at > $1 GROUP BY 1, 2 ORDER BY 2",
         t_launch,
     )
@@ -206,11 +207,12 @@ async def main() -> None:
                 results[name].append(res)
                 w, p, m = res["cores"]
                 print(
-                    f"{name:10s} {res['rate']:6.0f}/s ({res['seconds']:.2f} s)  both running {res['rate_both']:6.0f}/s"
-                    f"  2nd process from {res['second_first_ms']:5.0f} ms, start-ups done at {res['startups_ms']} ms"
-                    f"  per process {res['per_process']}  groups {res['groups']} (median {res['size_median']},"
-                    f" mean {res['size_mean']:.1f})  cores w {w:.2f} pg {p:.2f} all {m:.2f}"
-                    f"  load {os.getloadavg()[0]:.1f}",
+                    f"{name:10s} {res['rate']:6.0f}/s ({res['seconds']:.2f} s)"
+                    f"  both running {res['rate_both']:6.0f}/s"
+                    f"  2nd process from {res['second_first_ms']:5.0f} ms,"
+                    f" start-ups done at {res['startups_ms']} ms  per process {res['per_process']}"
+                    f"  groups {res['groups']} (median {res['size_median']}, mean {res['size_mean']:.1f})"
+                    f"  cores w {w:.2f} pg {p:.2f} all {m:.2f}  load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
                 for k, v in res["waits"].items():
