@@ -189,7 +189,8 @@ async def in_process(s: Setup, count: int, handler: Any, jobs: list[NewJob] | No
     return count / seconds
 
 
-def workers(url: str, n: int) -> list[PaymanagerProcess]:
+def workers(url: str, n: int, **extra: str) -> list[PaymanagerProcess]:
+    """`n` outbox-worker processes, phase 3's settings (`extra` environment variables on top)."""
     env = paymanager_env(
         url,
         WORKER_ROLES="outbox-worker",
@@ -200,6 +201,7 @@ def workers(url: str, n: int) -> list[PaymanagerProcess]:
         OUTBOX_CLAIM_COOLDOWN_MS=os.environ.get("BENCH_OUTBOX_CLAIM_COOLDOWN_MS", "25"),
         DB_POOL_MAX_SIZE="12",
     )
+    env.update(extra)
     return [PaymanagerProcess(env) for _ in range(n)]
 
 

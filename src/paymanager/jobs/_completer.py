@@ -61,6 +61,7 @@ class Completer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._background: set[asyncio.Task[None]] = set()
+        self._completed_events: list[JobEvent] = []
         self._flushing = asyncio.Lock()
 
     @property
@@ -80,9 +81,19 @@ class Completer:
         self._ready.set()
 
     def published_completion(self, ctx: JobContext) -> None:
-        """A handler completed its job in its own transaction: only the event remains to send."""
-        event = JobEvent("completed", ctx.id, ctx.kind, ctx.queue, ctx.attempt)
-        task = asyncio.get_running_loop().create_task(self._events.publish([event]))
+        """A handler completed its job in its own transaction: only the event remains to send.
+
+        The events of the jobs that finish in one turn of the loop (a shared settlement group's, see
+        jobs/batch.py) go out together on the next turn: a NOTIFY is a transaction of its own, whose
+        commit flushes the WAL under PostgreSQL's one cluster-wide NOTIFY lock, so one per job
+        serialised every NOTIFYing commit of the database behind 25 of them per group."""
+        self._completed_events.append(JobEvent("completed", ctx.id, ctx.kind, ctx.queue, ctx.attempt))
+        if len(self._completed_events) == 1:
+            asyncio.get_running_loop().call_soon(self._publish_completed)
+
+    def _publish_completed(self) -> None:
+        events, self._completed_events = self._completed_events, []
+        task = asyncio.get_running_loop().create_task(self._events.publish(events))
         # Keep a reference until it is done: the loop holds tasks only weakly.
         self._background.add(task)
         task.add_done_callback(self._background.discard)

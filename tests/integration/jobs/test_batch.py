@@ -6,9 +6,11 @@ import asyncio
 from typing import Any
 
 import asyncpg
+import orjson
 import pytest
 
 from paymanager.jobs import JobContext, LeaseLostError, PermanentError, Registry, WorkerOptions, enqueue
+from paymanager.jobs._queries import CHANNEL_EVENTS
 from paymanager.jobs.batch import SharedTransactions, complete_all_in, hold_leases
 from tests.integration.jobs.conftest import StartWorker, job_state, wait_until
 from tests.support.job_contexts import context_from_row
@@ -189,3 +191,44 @@ async def test_an_error_of_the_group_itself_reaches_every_caller_and_commits_not
     assert await pool.fetchval("SELECT count(*) FROM effect") == 0
     assert [await job_state(pool, ctx.id) for ctx in ctxs] == ["running", "running"]
     assert not any(ctx.completed_in_transaction for ctx in ctxs)
+
+
+async def test_the_completed_events_of_a_group_go_out_in_one_notify(
+    pool: asyncpg.Pool, database_url: str, start_worker: StartWorker
+) -> None:
+    """Each NOTIFY is a commit under PostgreSQL's one NOTIFY lock: a group's jobs share one."""
+    groups: list[list[int]] = []
+
+    async def work(conn: asyncpg.Connection, items: list[tuple[JobContext, str]]) -> list[str | Exception]:
+        groups.append([ctx.id for ctx, _ in items])
+        return [item for _, item in items]
+
+    shared: SharedTransactions[str, str] = SharedTransactions(
+        pool, work, batch_max=10, batches_in_flight_max=1
+    )
+    registry = Registry()
+
+    @registry.handler("pay")
+    async def pays(ctx: JobContext) -> None:
+        await shared.run(ctx, "x")
+
+    messages: list[list[int]] = []
+    listener = await asyncpg.connect(database_url)
+    try:
+        await listener.add_listener(
+            CHANNEL_EVENTS,
+            lambda *args: messages.append([e["id"] for e in orjson.loads(args[3]) if e["e"] == "completed"]),
+        )
+        jobs = [await enqueue(pool, "pay", {}) for _ in range(8)]
+        await start_worker(
+            registry, {"default": 8}, WorkerOptions(owner="w", claim_batch_max=8, poll_interval_ms=100)
+        )
+
+        async def every_event_arrived() -> bool:
+            return sorted(i for m in messages for i in m) == sorted(job.id for job in jobs)
+
+        await wait_until(every_event_arrived)
+    finally:
+        await listener.close()
+    assert max(len(group) for group in groups) > 1
+    assert sorted(sorted(m) for m in messages if m) == sorted(sorted(group) for group in groups)
