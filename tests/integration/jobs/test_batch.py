@@ -232,3 +232,32 @@ async def test_the_completed_events_of_a_group_go_out_in_one_notify(
         await listener.close()
     assert max(len(group) for group in groups) > 1
     assert sorted(sorted(m) for m in messages if m) == sorted(sorted(group) for group in groups)
+
+
+async def test_completed_events_off_holds_back_the_notify_of_jobs_completed_in_their_transaction(
+    pool: asyncpg.Pool, database_url: str, start_worker: StartWorker
+) -> None:
+    """`notify_completed_events=False` saves every `completed` NOTIFY, those of `ctx.transaction()` too."""
+    registry = Registry()
+
+    @registry.handler("pay")
+    async def pays(ctx: JobContext) -> None:
+        async with ctx.transaction(result="paid"):
+            pass
+
+    messages: list[str] = []
+    listener = await asyncpg.connect(database_url)
+    try:
+        await listener.add_listener(CHANNEL_EVENTS, lambda *args: messages.append(args[3]))
+        job = await enqueue(pool, "pay", {})
+        await start_worker(registry, {"default": 1}, WorkerOptions(owner="w", notify_completed_events=False))
+
+        async def completed() -> bool:
+            return await job_state(pool, job.id) == "completed"
+
+        await wait_until(completed)
+        # The event would go out on the loop's next turn after the commit; give it ample time.
+        await asyncio.sleep(0.3)
+    finally:
+        await listener.close()
+    assert messages == []
