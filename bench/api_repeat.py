@@ -1,6 +1,6 @@
 """The api's latency at one rate beside 2 outbox workers, repeated, with each process's CPU per request.
 
-Run: `flock /work/bench.lock .venv/bin/python bench/api_repeat.py --rate 300 --runs 6 --seconds 8`
+Run: `.venv/bin/python bench/api_repeat.py --rate 300 --runs 6 --seconds 8`
 (optionally `--ref REF` to run the api of git ref REF instead of this tree's, `--py-spy FILE` to
 profile the api during the second run). One database, one `api` process with a pool of 20 and 2
 `outbox-worker` processes, as phase 4 of bench/intents.py; each run is that phase at one rate
