@@ -2,7 +2,8 @@
 
     {"error": {"code": "...", "message": "...", "details": {...}}}
 
-Client mistakes are 4xx with a stable `code`; anything unexpected is logged with its traceback and
+Client mistakes are 4xx with a stable `code`; a POST whose ledger work met transient conflicts on
+every attempt is a 503 `ledger_busy` to retry; anything unexpected is logged with its traceback and
 answered as a 500 `internal_error` without internals.
 """
 
@@ -23,6 +24,7 @@ from paymanager.application.errors import (
     ServiceNameTakenError,
 )
 from paymanager.domain import errors as domain
+from paymanager.ledger import LedgerConflictError
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.api")
@@ -123,6 +125,17 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(LedgerConflictError)
+    async def _ledger_busy(request: Request, exc: LedgerConflictError) -> JSONResponse:
+        # A POST ran into transient ledger conflicts on every attempt (run_idempotent's budget):
+        # nothing of it committed, so the same request with the same Idempotency-Key is safe to send
+        # again. Busy, not broken: a 503 the client can retry, not a 500.
+        log.warning("ledger conflicts on every attempt", path=request.url.path, error=str(exc))
+        return error_response(
+            503, "ledger_busy", "the ledger met conflicting concurrent work; send the request again",
+            headers={"Retry-After": "1"},
+        )  # fmt: skip
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -417,8 +417,9 @@ class BatchState:
         self._set_balances(p.credit_account_id, (cr_dp, cr_dpo, cr_cp - p.amount, cr_cpo))
         self._set_pending(pending_id, PendingState(EXPIRED, self.pending[pending_id].expires_at))
 
-    # The three below run for every event: outside a linked chain (no journal) they skip the
-    # journalling helpers, two method calls fewer each.
+    # `_set_balances` and `_store` run for every transfer: outside a linked chain (no journal) they
+    # skip the journalling helpers, two method calls fewer each. `_set_pending` runs only for
+    # pending, post and void transfers and keeps the plain path.
     def _set_balances(self, account_id: int, balances: Balances) -> None:
         if self._journal is None:
             self.balances[account_id] = balances

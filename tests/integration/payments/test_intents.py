@@ -11,6 +11,7 @@ import asyncpg
 import orjson
 import pytest
 
+from paymanager.api.idempotent import LEDGER_CONFLICT_RETRIES_MAX
 from paymanager.application.events import NOTIFY_CHANNEL, event_payload
 from paymanager.application.reconcile import reconcile
 from paymanager.application.settle_intent import settle
@@ -381,7 +382,7 @@ async def test_a_refusal_after_ledger_conflicts_is_still_answered_as_a_refusal(
 
     async def conflicts_first(transfers: list[Transfer], *, conn: Any = None, savepoint: bool = True) -> Any:
         calls.append(savepoint)
-        if len(calls) <= 4:
+        if len(calls) <= LEDGER_CONFLICT_RETRIES_MAX:
             raise LedgerConflictError("a transient conflict")
         return await real(transfers, conn=conn, savepoint=savepoint)
 
@@ -389,6 +390,37 @@ async def test_a_refusal_after_ledger_conflicts_is_still_answered_as_a_refusal(
     refused = await api.client.post(f"/intents/{created['id']}/confirm")
     assert refused.status_code == 422, refused.text
     assert refused.json()["error"]["code"] == "insufficient_funds"
-    assert len(calls) == 6  # four conflicts, the refusal, the refusal answered in its savepoint
+    # The conflicts, the refusal, the refusal answered in its savepoint.
+    assert len(calls) == LEDGER_CONFLICT_RETRIES_MAX + 2
     intent = (await api.client.get(f"/intents/{created['id']}")).json()
     assert intent["status"] == "created"
+
+
+async def test_conflicts_on_every_attempt_answer_503_and_change_nothing(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its retry budget a confirm is busy, not broken: a 503 in the error shape, with Retry-After,
+    nothing held, and the same request with the same key then succeeds."""
+    payer, payee = await _funded_pair(api)
+    created = (await api.client.post("/intents", _p2p(payer, payee, 1_000))).json()
+    ledger = api.payments.ledger
+    real = ledger.create_transfers
+    calls: list[bool] = []
+
+    async def always_conflicts(transfers: list[Transfer], *, conn: Any = None, savepoint: bool = True) -> Any:
+        calls.append(savepoint)
+        raise LedgerConflictError("a transient conflict")
+
+    monkeypatch.setattr(ledger, "create_transfers", always_conflicts)
+    busy = await api.client.post(f"/intents/{created['id']}/confirm", key="confirm-busy")
+    assert busy.status_code == 503, busy.text
+    assert busy.headers["Retry-After"] == "1"
+    assert busy.json()["error"]["code"] == "ledger_busy"
+    assert len(calls) == LEDGER_CONFLICT_RETRIES_MAX + 1
+    assert (await api.client.get(f"/intents/{created['id']}")).json()["status"] == "created"
+    assert (await api.client.balance(payer))["available"] == 10_000
+
+    monkeypatch.setattr(ledger, "create_transfers", real)
+    again = await api.client.post(f"/intents/{created['id']}/confirm", key="confirm-busy")
+    assert again.status_code == 200, again.text
+    assert "Idempotent-Replayed" not in again.headers
