@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -13,11 +14,26 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+# Ports for servers the tests start, below Linux's ephemeral range (32768-60999 by default). A port
+# the kernel hands out for port 0 is an ephemeral one, so between our check and the server's bind an
+# outgoing connection (to PostgreSQL, Redis, a sandbox) of any test worker could take it: that race
+# failed a run with "Address already in use". Outgoing connections never take a port from this range.
+TEST_PORTS = range(20_000, 32_000)
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port no one listens on now, outside the ephemeral range, picked at random so that parallel
+    test workers rarely try the same one (and skip it if another took it)."""
+    rng = random.SystemRandom()
+    for _ in range(100):
+        port = rng.choice(TEST_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {TEST_PORTS}")
 
 
 def paymanager_env(database_url: str, **extra: str) -> dict[str, str]:
