@@ -27,7 +27,7 @@ SELECT $1, $2, $3, $4, target.run_at, $7, $8, $9, $10, $11,
  WHERE NOT EXISTS (SELECT 1 FROM full_queue)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'dead', 'cancelled')
 DO NOTHING
-RETURNING id
+RETURNING id, CASE WHEN state = 'available' THEN pg_notify('pm_job_available', queue) END AS notified
 
 -- name: job_find_unfinished_by_key
 SELECT id FROM job
@@ -44,15 +44,22 @@ SELECT EXISTS (
                  LIMIT q.max_depth) AS d) >= q.max_depth)
 
 -- name: job_insert_many
--- Inserts many jobs in one statement (no unique keys, no parents: those go through job_insert).
-INSERT INTO job (queue, kind, payload, priority, run_at, max_attempts, backoff, timeout_ms, state)
-SELECT r.queue, r.kind, r.payload, r.priority, coalesce(r.run_at, now()), r.max_attempts, r.backoff,
-       r.timeout_ms,
-       CASE WHEN r.run_at > now() THEN 'scheduled'::job_state ELSE 'available'::job_state END
-  FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::integer[], $5::timestamptz[], $6::integer[],
-              $7::jsonb[], $8::integer[])
-       AS r(queue, kind, payload, priority, run_at, max_attempts, backoff, timeout_ms)
-RETURNING id
+-- Inserts many jobs in one statement (no unique keys, no parents: those go through job_insert),
+-- and wakes each queue that got an available job once. Ids come back in input order.
+WITH inserted AS (
+    INSERT INTO job (queue, kind, payload, priority, run_at, max_attempts, backoff, timeout_ms, state)
+    SELECT r.queue, r.kind, r.payload, r.priority, coalesce(r.run_at, now()), r.max_attempts, r.backoff,
+           r.timeout_ms,
+           CASE WHEN r.run_at > now() THEN 'scheduled'::job_state ELSE 'available'::job_state END
+      FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::integer[], $5::timestamptz[], $6::integer[],
+                  $7::jsonb[], $8::integer[])
+           AS r(queue, kind, payload, priority, run_at, max_attempts, backoff, timeout_ms)
+    RETURNING id, queue, state
+), woken AS (
+    SELECT pg_notify('pm_job_available', q.queue)
+      FROM (SELECT DISTINCT i.queue FROM inserted AS i WHERE i.state = 'available') AS q
+)
+SELECT i.id FROM inserted AS i WHERE (SELECT count(*) FROM woken) >= 0
 
 -- name: job_claim_batch
 -- Completes the jobs of the previous batch and claims the next one, in ONE statement and so one
@@ -118,6 +125,40 @@ UNION ALL
 SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM done AS d
  WHERE (SELECT count(*) FROM notified) >= 0
+
+-- name: job_claim
+-- job_claim_batch with nothing to complete: an idle worker's claim, on the enqueue-to-start path.
+-- The same claim without the completion, event and UNION parts, whose planning and execution cost
+-- 0.1-0.2 ms of each one-job claim (docs/BENCHMARKS.md, "Enqueue-to-start latency"). $1 queues,
+-- $2 wanted per queue, $3 owner, $4 lease ms, $5 quick (commit without waiting for the flush).
+WITH quick AS (
+    SELECT set_config('synchronous_commit', 'off', true) WHERE $5::boolean
+), wanted AS (
+    SELECT w.queue, w.wanted
+      FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
+     WHERE w.wanted > 0
+       AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = w.queue AND q.paused)
+), locked AS (
+    SELECT picked.id
+      FROM wanted
+     CROSS JOIN LATERAL (
+        SELECT j.id FROM job j
+         WHERE j.state = 'available' AND j.queue = wanted.queue
+         ORDER BY j.priority, j.run_at, j.id
+         LIMIT wanted.wanted
+           FOR UPDATE SKIP LOCKED) AS picked
+)
+UPDATE job
+   SET state = 'running',
+       attempt = job.attempt + 1,
+       attempted_at = now(),
+       lease_owner = $3,
+       lease_token = gen_random_uuid(),
+       lease_expires_at = now() + make_interval(secs => $4::bigint / 1000.0)
+ WHERE job.id = ANY (ARRAY(SELECT locked.id FROM locked))
+   AND (SELECT count(*) FROM quick) >= 0
+RETURNING true AS claimed, job.id, job.queue, job.kind, job.payload, job.priority, job.attempt,
+          job.max_attempts, job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested
 
 -- name: job_promote_due
 -- Makes scheduled and retryable jobs whose time has come available (bounded), waking their queues.

@@ -296,11 +296,18 @@ class Worker:
         seen = {q: self._notified[q] for q in queues}
         batch = self._completer.take_completions()
         try:
-            rows = await conn.fetch(
-                Q["job_claim_batch"], queues, wanted, self._options.owner, self._options.lease_ms,
-                [c.id for _, c in batch], [c.token for _, c in batch], [c.result for _, c in batch],
-                self.events.notify_completed, self._options.quick_claim_commit and not batch,
-            )  # fmt: skip
+            if batch:
+                rows = await conn.fetch(
+                    Q["job_claim_batch"], queues, wanted, self._options.owner, self._options.lease_ms,
+                    [c.id for _, c in batch], [c.token for _, c in batch], [c.result for _, c in batch],
+                    self.events.notify_completed, False,
+                )  # fmt: skip
+            else:
+                # The idle worker's claim (nothing to complete): the lean statement, quick commit.
+                rows = await conn.fetch(
+                    Q["job_claim"], queues, wanted, self._options.owner, self._options.lease_ms,
+                    self._options.quick_claim_commit,
+                )  # fmt: skip
         except BaseException as exc:
             self._completer.put_back(batch)
             for queue, n in zip(queues, wanted, strict=True):

@@ -18,11 +18,27 @@ from paymanager.jobs import JobContext, NewJob, Registry, enqueue, enqueue_many
 from paymanager.jobs._queries import Q
 from tests.integration.jobs.conftest import FAST, StartWorker, wait_until
 
+CLAIM_ARGS = {
+    # statement: the arguments of a claim of up to 10 jobs of `default` that completes nothing
+    "job_claim": lambda quick: (["default"], [10], "t", 30_000, quick),
+    "job_claim_batch": lambda quick: (["default"], [10], "t", 30_000, [], [], [], False, quick),
+}
 
-async def commit_setting_after_claim(conn: asyncpg.Connection, quick: bool) -> str:
+
+def claim_seen(query: str, args: tuple[Any, ...]) -> tuple[int, bool] | None:
+    """(completions written, quick) of a claim statement the worker sent; None for other statements."""
+    if query == Q["job_claim"]:
+        return 0, args[4]
+    if query == Q["job_claim_batch"]:
+        return len(args[4]), args[8]
+    return None
+
+
+async def commit_setting_after_claim(conn: asyncpg.Connection, statement: str, quick: bool) -> str:
     """`synchronous_commit` as a claim statement that completes nothing leaves it for its commit."""
     async with conn.transaction():
-        await conn.fetch(Q["job_claim_batch"], ["default"], [10], "t", 30_000, [], [], [], False, quick)
+        rows = await conn.fetch(Q[statement], *CLAIM_ARGS[statement](quick))
+        assert [row["claimed"] for row in rows] == [True]
         setting = str(await conn.fetchval("SHOW synchronous_commit"))
     # The setting was the transaction's own: the next transaction is back to the session's.
     assert await conn.fetchval("SHOW synchronous_commit") == "on"
@@ -32,10 +48,11 @@ async def commit_setting_after_claim(conn: asyncpg.Connection, quick: bool) -> s
 async def test_the_claim_statement_turns_off_the_wait_for_its_flush_only_when_asked(
     pool: asyncpg.Pool,
 ) -> None:
-    await enqueue(pool, "k", {})
     async with pool.acquire() as conn:
-        assert await commit_setting_after_claim(conn, quick=False) == "on"
-        assert await commit_setting_after_claim(conn, quick=True) == "off"
+        for statement in CLAIM_ARGS:
+            for quick, setting in ((False, "on"), (True, "off")):
+                await enqueue(pool, "k", {})
+                assert await commit_setting_after_claim(conn, statement, quick) == setting, statement
 
 
 async def test_a_worker_claims_quickly_only_when_the_claim_writes_no_completion(
@@ -55,8 +72,8 @@ async def test_a_worker_claims_quickly_only_when_the_claim_writes_no_completion(
         fetch = conn.fetch
 
         async def recording(query: str, *args: Any, _fetch: Any = fetch) -> Any:
-            if query == Q["job_claim_batch"]:
-                seen.append((len(args[4]), args[8]))
+            if (claim := claim_seen(query, args)) is not None:
+                seen.append(claim)
             return await _fetch(query, *args)
 
         conn.fetch = recording  # type: ignore[method-assign]
@@ -83,8 +100,8 @@ async def test_quick_claims_can_be_turned_off(pool: asyncpg.Pool, start_worker: 
         fetch = conn.fetch
 
         async def recording(query: str, *args: Any, _fetch: Any = fetch) -> Any:
-            if query == Q["job_claim_batch"]:
-                seen.append(args[8])
+            if (claim := claim_seen(query, args)) is not None:
+                seen.append(claim[1])
             return await _fetch(query, *args)
 
         conn.fetch = recording  # type: ignore[method-assign]
@@ -100,3 +117,36 @@ async def _at_least(done: list[int], n: int) -> bool:
 
 async def _state_is(pool: asyncpg.Pool, job_id: int, state: str) -> bool:
     return bool(await pool.fetchval("SELECT state = $2 FROM job WHERE id = $1", job_id, state))
+
+
+async def test_the_idle_claim_and_the_batch_claim_take_the_same_jobs(pool: asyncpg.Pool) -> None:
+    """job_claim is job_claim_batch without completions: same order, limits, paused queues, columns."""
+    for priority in (5, -1, 0, 0, 3):
+        await enqueue(pool, "k", {"p": priority}, queue="a", priority=priority)
+    for _ in range(3):
+        await enqueue(pool, "k", {}, queue="paused")
+        await enqueue(pool, "k", {}, queue="c")
+    await pool.execute("INSERT INTO job_queue (name, paused) VALUES ('paused', true)")
+    taken: dict[str, list[tuple[Any, ...]]] = {}
+    async with pool.acquire() as conn:
+        wanted = (["a", "paused", "c", "empty"], [3, 5, 1, 4], "t", 30_000)
+        for statement, args in (
+            ("job_claim", (*wanted, True)),
+            ("job_claim_batch", (*wanted, [], [], [], True, True)),
+        ):
+            transaction = conn.transaction()
+            await transaction.start()
+            rows = await conn.fetch(Q[statement], *args)
+            taken[statement] = [(r["queue"], r["priority"], r["attempt"], r["claimed"]) for r in rows]
+            assert [list(r.keys()) for r in rows[:1]] == [list(CLAIMED_COLUMNS)], statement
+            await transaction.rollback()
+    assert sorted(taken["job_claim"]) == sorted(taken["job_claim_batch"])
+    assert sorted(taken["job_claim"]) == [
+        ("a", -1, 1, True), ("a", 0, 1, True), ("a", 0, 1, True), ("c", 0, 1, True),
+    ]  # fmt: skip
+
+
+CLAIMED_COLUMNS = (
+    "claimed", "id", "queue", "kind", "payload", "priority", "attempt", "max_attempts", "backoff",
+    "timeout_ms", "lease_token", "parent_id", "cancel_requested",
+)  # fmt: skip
