@@ -1,21 +1,57 @@
 from __future__ import annotations
 
+import re
+
 from paymanager.db.pool import create_pool
 from paymanager.jobs._pinned import PinnedConnection
+from paymanager.jobs._queries import Q
 
-MODE = "SELECT current_setting('plan_cache_mode') AS mode"
+SETTINGS = (
+    "SELECT current_setting('plan_cache_mode') AS mode, current_setting('enable_seqscan') AS seqscan,"
+    " current_setting('enable_bitmapscan') AS bitmapscan"
+)
+PLANNED = {"mode": "force_generic_plan", "seqscan": "off", "bitmapscan": "off"}
+DEFAULT = {"mode": "auto", "seqscan": "on", "bitmapscan": "on"}
 
 
-async def test_pinned_connection_plans_generically_and_gives_the_setting_back(database_url: str) -> None:
+async def test_pinned_connection_plans_generically_by_index_and_gives_the_settings_back(
+    database_url: str,
+) -> None:
     # One connection in the pool, so the connection checked after release is the pinned one.
     pool = await create_pool(database_url, min_size=1, max_size=1)
+    pinned = PinnedConnection(pool, generic_plans=True)
     try:
-        pinned = PinnedConnection(pool, generic_plans=True)
-        assert (await pinned.fetch(MODE))[0]["mode"] == "force_generic_plan"
-        await pinned.close()
-        assert await pool.fetchval(MODE) == "auto"
+        try:
+            assert dict((await pinned.fetch(SETTINGS))[0]) == PLANNED
+        finally:
+            await pinned.close()
+        assert dict(await pool.fetchrow(SETTINGS)) == DEFAULT
         plain = PinnedConnection(pool)
-        assert (await plain.fetch(MODE))[0]["mode"] == "auto"
+        assert dict((await plain.fetch(SETTINGS))[0]) == DEFAULT
         await plain.close()
     finally:
+        await pool.close()
+
+
+# The statements the worker runs on its pinned connections (claims and completions).
+PINNED_STATEMENTS = ("job_claim", "job_claim_batch", "job_complete_many", "job_fail_many")
+
+
+async def test_pinned_statements_read_the_job_table_by_index_whatever_its_size(database_url: str) -> None:
+    # A generic plan made while the table is small would scan it whole (or by bitmap) for
+    # `id = ANY(...)` and keep doing so as it grows; a test database's table is small.
+    pool = await create_pool(database_url, min_size=1, max_size=1)
+    pinned = PinnedConnection(pool, generic_plans=True)
+    try:
+        for name in PINNED_STATEMENTS:
+            statement = Q[name]
+            params = max(int(n) for n in re.findall(r"\$(\d+)", statement))
+            await pinned.fetch(f"PREPARE pinned_plan AS {statement}")
+            rows = await pinned.fetch(f"EXPLAIN EXECUTE pinned_plan({', '.join(['NULL'] * params)})")
+            await pinned.fetch("DEALLOCATE pinned_plan")
+            plan = "\n".join(row[0] for row in rows)
+            assert "Index Scan using job_pkey" in plan, plan
+            assert not re.search(r"(Seq Scan|Bitmap Heap Scan) on job\b", plan), f"{name}:\n{plan}"
+    finally:
+        await pinned.close()
         await pool.close()
