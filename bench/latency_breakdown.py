@@ -8,7 +8,9 @@ as `bench/jobs.py --only latency` does. For paymanager the worker process record
 NOTIFY reached it, when its claim statement went out and came back, and when the handler started;
 printed as p50 in ms from the start of the producer's `enqueue` call, then the hops between them.
 The machine's commit time moves from minute to minute: read paymanager's figure against the floor
-measured beside it. The worker's hooks wrap `Worker._on_available` and `PinnedConnection.fetch`.
+measured beside it. The worker's hooks wrap `Worker._on_available` and the `fetch` of its pinned
+connections and of its listener (an idle worker claims on the LISTEN connection); the last line
+says how many jobs each kind of connection claimed.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import uvloop
 import latency_floor  # bench/latency_floor.py, beside this file
 from paymanager.db import migrations
 from paymanager.db.pool import create_pool
-from paymanager.jobs import JobContext, Registry, Worker, WorkerOptions, _pinned, enqueue
+from paymanager.jobs import JobContext, Registry, Worker, WorkerOptions, _listener, _pinned, enqueue
 from paymanager.jobs import worker as worker_module
 from paymanager.jobs._queries import Q
 
@@ -38,6 +40,8 @@ SERVER = latency_floor.SERVER
 GAP_S = latency_floor.GAP_S
 QUEUE = "latency"
 CLAIMS = (Q["job_claim"], Q["job_claim_batch"])
+# Per round, how many jobs the worker claimed on which connection.
+CLAIMED_ON: list[dict[str, int]] = []
 # (label, mark) in the order of the path; each mark is epoch seconds, the call's start first.
 MARKS = (
     ("producer's call returned", "returned"),
@@ -56,25 +60,30 @@ async def worker(dsn: str, jobs: int) -> None:
     """The worker process: print 'ready', run until `jobs` handlers started, print their marks."""
     last: dict[str, float] = {}
     by_job: dict[int, dict[str, float]] = {}
+    claimed_on: dict[str, int] = {}
     on_available = worker_module.Worker._on_available
-    fetch = _pinned.PinnedConnection.fetch
 
     def noting_available(self: Worker, queue: str) -> None:
         last["notified"] = time.time()
         on_available(self, queue)
 
-    async def noting_fetch(self: _pinned.PinnedConnection, query: str, *args: Any) -> list[asyncpg.Record]:
-        notified, sent = last.get("notified", 0.0), time.time()
-        rows = await fetch(self, query, *args)
-        if query in CLAIMS:
-            back = time.time()
-            for row in rows:
-                if row["claimed"]:
-                    by_job[row["id"]] = {"notified": notified, "claim_sent": sent, "claim_back": back}
-        return rows
+    def noting(fetch: Any, where: str) -> Any:
+        async def noting_fetch(self: Any, query: str, *args: Any) -> list[asyncpg.Record]:
+            notified, sent = last.get("notified", 0.0), time.time()
+            rows: list[asyncpg.Record] = await fetch(self, query, *args)
+            if query in CLAIMS:
+                back = time.time()
+                for row in rows:
+                    if row["claimed"]:
+                        by_job[row["id"]] = {"notified": notified, "claim_sent": sent, "claim_back": back}
+                        claimed_on[where] = claimed_on.get(where, 0) + 1
+            return rows
+
+        return noting_fetch
 
     worker_module.Worker._on_available = noting_available  # type: ignore[method-assign]
-    _pinned.PinnedConnection.fetch = noting_fetch  # type: ignore[method-assign]
+    _pinned.PinnedConnection.fetch = noting(_pinned.PinnedConnection.fetch, "pooled")  # type: ignore[method-assign]
+    _listener.Listener.fetch = noting(_listener.Listener.fetch, "listener")  # type: ignore[method-assign]
     done = asyncio.Event()
     marks: list[dict[str, float]] = []
 
@@ -94,6 +103,7 @@ async def worker(dsn: str, jobs: int) -> None:
     await engine.stop(timeout_s=5)
     await pool.close()
     print("MARKS " + json.dumps(marks), flush=True)
+    print("CLAIMED " + json.dumps(claimed_on), flush=True)
 
 
 async def produce(dsn: str, jobs: int) -> dict[float, float]:
@@ -124,6 +134,8 @@ def ours_round(dsn: str, jobs: int) -> dict[str, list[float]]:
     for line in child.stdout:
         if line.startswith("MARKS "):
             marks = json.loads(line[len("MARKS ") :])
+        if line.startswith("CLAIMED "):
+            CLAIMED_ON.append(json.loads(line[len("CLAIMED ") :]))
     child.wait(timeout=60)
     out: dict[str, list[float]] = {mark: [] for _, mark in MARKS}
     for job in marks:
@@ -193,6 +205,7 @@ def main() -> None:
                 f" p99 {percentile(claims, 99):.2f}"
             )
             totals.append((medians["started"], statistics.median(claims)))
+            print(f"           claimed on: {CLAIMED_ON[-1]}")
         print(
             "paymanager over the floor, p50 per round: "
             + ", ".join(

@@ -3,6 +3,11 @@
 A LISTEN connection that dies silently would leave a worker on its slow polling fallback; this one
 notices (asyncpg's termination callback, and a ping every `check_interval_s` for half-open TCP),
 reconnects with capped backoff, and calls `on_reconnect` so the worker polls once to cover the gap.
+
+An idle worker also runs the claim a NOTIFY prompts on this connection (`fetch`): its backend has
+just woken to deliver the notification, where a pooled connection's backend has slept since the last
+job; 0.06-0.09 ms of the enqueue-to-start latency (docs/BENCHMARKS.md). One statement runs on it at a
+time (the claim or the ping); a claim finding it busy or down goes to a pooled connection instead.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class Listener:
         self._application_name = application_name
         self._conn: Any = None
         self._lost = asyncio.Event()
+        # Held by the statement running on the connection (a claim or the ping).
+        self._busy = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.reconnects = 0
         self.backend_pid: int | None = None
@@ -58,8 +65,14 @@ class Listener:
 
     async def _connect(self) -> None:
         conn = await connect(self._dsn, application_name=self._application_name)
-        for channel, handler in self._handlers.items():
-            await conn.add_listener(channel, self._callback(handler))
+        try:
+            # Claims run here too: plan them as the worker's pinned connections do (generic, by index).
+            await conn.execute(Q["job_session_generic_plans"])
+            for channel, handler in self._handlers.items():
+                await conn.add_listener(channel, self._callback(handler))
+        except BaseException:
+            conn.terminate()
+            raise
         conn.add_termination_listener(lambda _conn: self._lost.set())
         self._conn = conn
         self.backend_pid = conn.get_server_pid()
@@ -90,9 +103,31 @@ class Listener:
             await self._close()
             await self._reconnect()
 
+    def can_fetch(self) -> bool:
+        """True while the connection is up and nothing runs on it."""
+        return self._conn is not None and not self._lost.is_set() and not self._busy.locked()
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        """Run one statement on the LISTEN connection (see the module's docstring)."""
+        async with self._busy:
+            conn = self._conn
+            if conn is None or self._lost.is_set():
+                raise asyncpg.InterfaceError("the job listener's connection is down")
+            try:
+                rows: list[asyncpg.Record] = await conn.fetch(query, *args)
+            except (asyncpg.InterfaceError, OSError, TimeoutError, asyncio.CancelledError):
+                # Interrupted mid-statement, the protocol's state is unknown: reconnect.
+                self._lost.set()
+                raise
+            return rows
+
     async def _alive(self) -> bool:
+        async def ping() -> None:
+            async with self._busy:
+                await self._conn.fetchval(Q["job_listener_ping"])
+
         try:
-            await asyncio.wait_for(self._conn.fetchval(Q["job_listener_ping"]), timeout=PING_TIMEOUT_S)
+            await asyncio.wait_for(ping(), timeout=PING_TIMEOUT_S)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError, AttributeError):
             return False
         return True

@@ -173,8 +173,9 @@ class Worker:
             self._maybe_work[queue] = True
             self._notified[queue] += 1
             # Claim from the notification itself: waking the fetch loop first costs event-loop turns
-            # on the enqueue-to-start path (an idle worker's latency).
-            self._launch_claim()
+            # on the enqueue-to-start path (an idle worker's latency). An idle worker claims on the
+            # LISTEN connection, whose backend has just woken to deliver this notification.
+            self._launch_claim(on_listener=True)
             self._wake.set()
 
     def _on_cancel(self, payload: str) -> None:
@@ -218,15 +219,19 @@ class Worker:
         except DB_ERRORS as exc:
             log.warning("promoting due jobs failed", error=str(exc))
 
-    def _launch_claim(self) -> bool:
+    def _launch_claim(self, *, on_listener: bool = False) -> bool:
         """Start one claim if a connection is idle and a claim is worth a round trip (and, with a
-        cooldown, the last claim started long enough ago: else a timer launches it then)."""
-        if self._stopping or not self._idle_conns or not self._should_claim():
+        cooldown, the last claim started long enough ago: else a timer launches it then).
+
+        `on_listener`: the claim may run on the LISTEN connection, if no other claim is in flight and
+        nothing runs on it (see `_listener.py`)."""
+        if self._stopping or not self._should_claim():
             return False
-        if self._cooling_down():
+        listener = on_listener and not self._claims and self._listener.can_fetch()
+        if not (listener or self._idle_conns) or self._cooling_down():
             return False
         queues, wanted = self._reserve()
-        conn = self._idle_conns.pop()
+        conn: PinnedConnection | Listener = self._listener if listener else self._idle_conns.pop()
         task = asyncio.create_task(self._claim(conn, queues, wanted))
         self._claims.add(task)
         task.add_done_callback(self._claim_done)
@@ -262,10 +267,15 @@ class Worker:
 
     def _should_claim(self) -> bool:
         """A claim is worth a round trip when a queue with work has free slots: any number when no
-        claim is in flight (latency), a full share (concurrency / pipeline) otherwise (batch size)."""
+        claim is in flight (latency), a full share (concurrency / pipeline) otherwise (batch size).
+        A second claim goes out beside one in flight only once a claim came back full (a backlog):
+        an idle worker woken by one NOTIFY sent two claims for its one job, and the second one's
+        backend took a core from the first on the enqueue-to-start path."""
         if self._completer.pending > PENDING_OUTCOMES_MAX:
             return False
         in_flight = len(self._claims)
+        if in_flight and not self._last_claim_filled:
+            return False
         pipeline = self._options.claim_pipeline
         return any(
             self._free[q] > 0
@@ -291,7 +301,11 @@ class Worker:
                 budget -= n
         return queues, wanted
 
-    async def _claim(self, conn: PinnedConnection, queues: list[str], wanted: list[int]) -> None:
+    def _give_back(self, conn: PinnedConnection | Listener) -> None:
+        if isinstance(conn, PinnedConnection):
+            self._idle_conns.append(conn)
+
+    async def _claim(self, conn: PinnedConnection | Listener, queues: list[str], wanted: list[int]) -> None:
         """Claim into the reserved slots, writing pending completions in the same statement."""
         seen = {q: self._notified[q] for q in queues}
         batch = self._completer.take_completions()
@@ -313,14 +327,14 @@ class Worker:
             for queue, n in zip(queues, wanted, strict=True):
                 self._free[queue] += n
             if not isinstance(exc, DB_ERRORS):
-                self._idle_conns.append(conn)
+                self._give_back(conn)
                 raise
             log.warning("job claim failed", error=str(exc))
             await asyncio.sleep(CLAIM_RETRY_DELAY_S)
-            self._idle_conns.append(conn)
+            self._give_back(conn)
             self._wake.set()
             return
-        self._idle_conns.append(conn)
+        self._give_back(conn)
         await self._claimed(rows, queues, wanted, seen, batch)
 
     async def _claimed(
