@@ -8,6 +8,9 @@ An idle worker also runs the claim a NOTIFY prompts on this connection (`fetch`)
 just woken to deliver the notification, where a pooled connection's backend has slept since the last
 job; 0.06-0.09 ms of the enqueue-to-start latency (docs/BENCHMARKS.md). One statement runs on it at a
 time (the claim or the ping); a claim finding it busy or down goes to a pooled connection instead.
+While a statement runs here, PostgreSQL holds this backend's notifications back until it returns: a
+claim waiting on a lock (a migration's ALTER TABLE) would hold them as long, until the health check's
+ping, which waits its turn, gives up after PING_TIMEOUT_S and the connection is replaced.
 """
 
 from __future__ import annotations

@@ -131,6 +131,8 @@ SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 
 -- The same claim without the completion, event and UNION parts, whose planning and execution cost
 -- 0.1-0.2 ms of each one-job claim (docs/BENCHMARKS.md, "Enqueue-to-start latency"). $1 queues,
 -- $2 wanted per queue, $3 owner, $4 lease ms, $5 quick (commit without waiting for the flush).
+-- Its `wanted`, `locked` and update parts are job_claim_batch's: change both together
+-- (test_the_idle_claim_and_the_batch_claim_take_the_same_jobs holds them to the same jobs).
 WITH quick AS (
     SELECT set_config('synchronous_commit', 'off', true) WHERE $5::boolean
 ), wanted AS (
