@@ -6,7 +6,8 @@ Each round runs paymanager and then the floor of `bench/latency_floor.py` (a que
 its own), in alternating order, with the same producer pace: a job every 20 ms into an idle worker,
 as `bench/jobs.py --only latency` does. For paymanager the worker process records, per job, when the
 NOTIFY reached it, when its claim statement went out and came back, and when the handler started;
-printed as p50 in ms from the start of the producer's `enqueue` call, then the hops between them.
+printed as p50 in ms from the start of the producer's `enqueue` call, then the hops between them
+(the p50 of each, then each hop's own p99: where the tail comes from).
 The machine's commit time moves from minute to minute: read paymanager's figure against the floor
 measured beside it. The worker's hooks wrap `Worker._on_available` and the `fetch` of its pinned
 connections and of its listener (an idle worker claims on the LISTEN connection); the last line
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -138,11 +140,17 @@ def ours_round(dsn: str, jobs: int) -> dict[str, list[float]]:
             CLAIMED_ON.append(json.loads(line[len("CLAIMED ") :]))
     child.wait(timeout=60)
     out: dict[str, list[float]] = {mark: [] for _, mark in MARKS}
+    hops: list[list[float]] = []  # per job with every mark: the time of each hop (ms)
     for job in marks:
         job["returned"] = returned[job["call"]]
         for _, mark in MARKS:
             if mark in job:
                 out[mark].append((job[mark] - job["call"]) * 1000)
+        if all(mark in job for _, mark in MARKS):
+            times = [job["call"], *(job[mark] for _, mark in MARKS)]
+            hops.append([(b - a) * 1000 for a, b in itertools.pairwise(times)])
+    for i, _ in enumerate(MARKS):
+        out[f"hop{i}"] = [h[i] for h in hops]
     return out
 
 
@@ -197,6 +205,10 @@ def main() -> None:
                 "           hops "
                 + " + ".join(f"{h:.2f}" for h in hops)
                 + f"; p99 {percentile(ours['started'], 99):.2f}"
+            )
+            print(
+                "       hops p99 "
+                + " + ".join(f"{percentile(ours[f'hop{i}'], 99):.2f}" for i, _ in enumerate(MARKS))
             )
             calls, arrivals, claims = floor
             print(
