@@ -128,8 +128,8 @@ SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 
 
 -- name: job_claim
 -- job_claim_batch with nothing to complete: an idle worker's claim, on the enqueue-to-start path.
--- The same claim without the completion, event and UNION parts, whose planning and execution cost
--- 0.1-0.2 ms of each one-job claim (docs/BENCHMARKS.md, "Enqueue-to-start latency"). $1 queues,
+-- The same claim without the completion, event and UNION parts, whose setup and execution cost
+-- 0.08-0.11 ms of each one-job claim (docs/BENCHMARKS.md, "Enqueue-to-start latency"). $1 queues,
 -- $2 wanted per queue, $3 owner, $4 lease ms, $5 quick (commit without waiting for the flush).
 -- Its `wanted`, `locked` and update parts are job_claim_batch's: change both together
 -- (test_the_idle_claim_and_the_batch_claim_take_the_same_jobs holds them to the same jobs).
@@ -440,14 +440,15 @@ SELECT pg_notify($1, $2)
 SELECT 1
 
 -- name: job_session_generic_plans
--- For the worker's pinned connections (claims and completions), which run the same few statements
+-- For the worker's pinned connections (claims and completions) and its LISTEN connection (an idle
+-- worker's claims), which run the same few statements
 -- thousands of times a second: with small batches (an idle worker's one-job claims) PostgreSQL kept
 -- choosing custom plans and planned the claim statement again on every call, 36% of its backend's
 -- CPU and about 0.4 ms of each claim in a profile. The generic plans are the good ones (an index scan
 -- of the available jobs, updates by primary key; see docs/BENCHMARKS.md). A generic plan is made
 -- once, with the table's statistics of that moment: made while the table is small (a new
 -- deployment, a quiet hour after pruning) it scans the whole table or a bitmap for `id = ANY(...)`,
--- and keeps doing so as the table grows, 0.1-0.15 ms of each one-job claim. Sequential and bitmap
+-- and keeps doing so as the table grows, 0.03-0.15 ms of each one-job claim. Sequential and bitmap
 -- scans are turned off for these sessions so that every plan goes by index, whatever the table's
 -- size when it was made (each of their statements reads rows by primary key or by a partial index).
 -- job_session_default_plans undoes it all before the connection goes back to the pool (whose reset
