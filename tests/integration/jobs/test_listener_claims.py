@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from paymanager.jobs import JobContext, Registry, WorkerOptions, enqueue
+from paymanager.jobs import JobContext, Registry, Worker, WorkerOptions, enqueue
 from paymanager.jobs._queries import Q
 from tests.integration.jobs.conftest import StartWorker, wait_state, wait_until
 
@@ -34,6 +34,17 @@ def counting_registry(ran: list[int]) -> Registry:
     return registry
 
 
+async def idle(worker: Worker) -> None:
+    """Until the worker's start-up claim (every queue may have work) came back: a NOTIFY's claim
+    goes to the listener only while no other claim is in flight."""
+
+    async def no_claim_in_flight() -> bool:
+        return not worker._claims
+
+    await asyncio.sleep(0.05)
+    await wait_until(no_claim_in_flight)
+
+
 async def last_statement(pool: asyncpg.Pool, pid: int | None) -> str:
     return str(await pool.fetchval("SELECT query FROM pg_stat_activity WHERE pid = $1", pid))
 
@@ -43,7 +54,7 @@ async def test_an_idle_worker_claims_on_its_listen_connection(
 ) -> None:
     ran: list[int] = []
     worker = await start_worker(counting_registry(ran), options=QUIET)
-    await asyncio.sleep(0.2)
+    await idle(worker)
     for _ in range(3):
         job = await enqueue(pool, "k", {})
         await wait_state(pool, job.id, "completed")
@@ -63,7 +74,7 @@ async def test_a_busy_listen_connection_leaves_the_claim_to_a_pooled_one(
 ) -> None:
     ran: list[int] = []
     worker = await start_worker(counting_registry(ran), options=QUIET)
-    await asyncio.sleep(0.2)
+    await idle(worker)
     # As while the listener's health ping is on its way: the connection is taken on our side (its
     # backend is idle, so the NOTIFY still arrives).
     async with worker.listener._busy:
@@ -103,7 +114,7 @@ async def test_a_claim_broken_off_on_the_listen_connection_is_retried_and_the_jo
     ran: list[int] = []
     # No polling: a polled claim would take the job (or wait on the lock) before the NOTIFY's.
     worker = await start_worker(counting_registry(ran), options=QUIET)
-    await asyncio.sleep(0.2)
+    await idle(worker)
     listener_pid = worker.listener.backend_pid
     async with pool.acquire() as locker:
         transaction = locker.transaction()
@@ -149,7 +160,7 @@ async def test_one_notify_into_an_idle_worker_sends_one_claim(
             return await _fetch(query, *args)
 
         conn.fetch = recording  # type: ignore[method-assign]
-    await asyncio.sleep(0.2)
+    await idle(worker)
     claims.clear()  # the start-up's claim
     for n in range(1, 4):
         job = await enqueue(pool, "k", {})
