@@ -1,8 +1,7 @@
 -- The enqueue statements NOTIFY their queues themselves; the insert trigger of 0100 goes.
 --
--- The statement trigger cost each enqueue about 0.08 ms on the producer's path (the transition
--- table, a PL/pgSQL call and its query: docs/BENCHMARKS.md, "Enqueue-to-start latency"), the
--- largest share of the engine's own overhead on a single enqueue. `job_insert` now calls pg_notify
+-- The statement trigger cost each enqueue 0.04-0.06 ms on the producer's path (the transition
+-- table, a PL/pgSQL call and its query: docs/BENCHMARKS.md, "Enqueue-to-start latency"). `job_insert` now calls pg_notify
 -- in its RETURNING list and `job_insert_many` once per queue; NOTIFY stays transactional (delivered
 -- at commit, so a rolled-back enqueue wakes nobody) and PostgreSQL folds the same notification
 -- repeated within a transaction into one.
