@@ -41,7 +41,7 @@ from paymanager.jobs._queries import Q
 SERVER = latency_floor.SERVER
 GAP_S = latency_floor.GAP_S
 QUEUE = "latency"
-CLAIMS = (Q["job_claim"], Q["job_claim_batch"])
+CLAIMS = (Q["job_claim"], Q["job_claim_queue"], Q["job_claim_batch"])
 # Per round, how many jobs the worker claimed on which connection.
 CLAIMED_ON: list[dict[str, int]] = []
 # (label, mark) in the order of the path; each mark is epoch seconds, the call's start first.

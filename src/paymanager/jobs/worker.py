@@ -316,8 +316,14 @@ class Worker:
                     [c.id for _, c in batch], [c.token for _, c in batch], [c.result for _, c in batch],
                     self.events.notify_completed, False,
                 )  # fmt: skip
+            elif len(queues) == 1:
+                # The idle worker's claim (nothing to complete) from one queue: the leanest statement.
+                rows = await conn.fetch(
+                    Q["job_claim_queue"], queues[0], wanted[0], self._options.owner, self._options.lease_ms,
+                    self._options.quick_claim_commit,
+                )  # fmt: skip
             else:
-                # The idle worker's claim (nothing to complete): the lean statement, quick commit.
+                # The idle worker's claim from several queues: the lean statement, quick commit.
                 rows = await conn.fetch(
                     Q["job_claim"], queues, wanted, self._options.owner, self._options.lease_ms,
                     self._options.quick_claim_commit,

@@ -21,13 +21,14 @@ from tests.integration.jobs.conftest import FAST, StartWorker, wait_until
 CLAIM_ARGS = {
     # statement: the arguments of a claim of up to 10 jobs of `default` that completes nothing
     "job_claim": lambda quick: (["default"], [10], "t", 30_000, quick),
+    "job_claim_queue": lambda quick: ("default", 10, "t", 30_000, quick),
     "job_claim_batch": lambda quick: (["default"], [10], "t", 30_000, [], [], [], False, quick),
 }
 
 
 def claim_seen(query: str, args: tuple[Any, ...]) -> tuple[int, bool] | None:
     """(completions written, quick) of a claim statement the worker sent; None for other statements."""
-    if query == Q["job_claim"]:
+    if query in (Q["job_claim"], Q["job_claim_queue"]):
         return 0, args[4]
     if query == Q["job_claim_batch"]:
         return len(args[4]), args[8]
@@ -119,29 +120,35 @@ async def _state_is(pool: asyncpg.Pool, job_id: int, state: str) -> bool:
     return bool(await pool.fetchval("SELECT state = $2 FROM job WHERE id = $1", job_id, state))
 
 
-async def test_the_idle_claim_and_the_batch_claim_take_the_same_jobs(pool: asyncpg.Pool) -> None:
-    """job_claim is job_claim_batch without completions: same order, limits, paused queues, columns."""
+async def test_the_idle_claims_and_the_batch_claim_take_the_same_jobs(pool: asyncpg.Pool) -> None:
+    """job_claim is job_claim_batch without completions, job_claim_queue is job_claim for one queue:
+    the same order, limits, paused queues and columns."""
     for priority in (5, -1, 0, 0, 3):
         await enqueue(pool, "k", {"p": priority}, queue="a", priority=priority)
     for _ in range(3):
         await enqueue(pool, "k", {}, queue="paused")
         await enqueue(pool, "k", {}, queue="c")
     await pool.execute("INSERT INTO job_queue (name, paused) VALUES ('paused', true)")
+    wanted = {"a": 3, "paused": 5, "c": 1, "empty": 4}
+    several = (list(wanted), list(wanted.values()), "t", 30_000)
+    claims: list[tuple[str, tuple[Any, ...]]] = [
+        ("job_claim", (*several, True)),
+        ("job_claim_batch", (*several, [], [], [], True, True)),
+        ("job_claim_queue", tuple((q, n, "t", 30_000, True) for q, n in wanted.items())),
+    ]
     taken: dict[str, list[tuple[Any, ...]]] = {}
     async with pool.acquire() as conn:
-        wanted = (["a", "paused", "c", "empty"], [3, 5, 1, 4], "t", 30_000)
-        for statement, args in (
-            ("job_claim", (*wanted, True)),
-            ("job_claim_batch", (*wanted, [], [], [], True, True)),
-        ):
+        for statement, args in claims:
             transaction = conn.transaction()
             await transaction.start()
-            rows = await conn.fetch(Q[statement], *args)
-            taken[statement] = [(r["queue"], r["priority"], r["attempt"], r["claimed"]) for r in rows]
-            assert [list(r.keys()) for r in rows[:1]] == [list(CLAIMED_COLUMNS)], statement
+            # job_claim_queue claims from each queue in turn, the others from all at once.
+            calls = args if statement == "job_claim_queue" else (args,)
+            rows = [row for call in calls for row in await conn.fetch(Q[statement], *call)]
+            taken[statement] = sorted((r["queue"], r["priority"], r["attempt"], r["claimed"]) for r in rows)
+            assert {tuple(r.keys()) for r in rows} == {CLAIMED_COLUMNS}, statement
             await transaction.rollback()
-    assert sorted(taken["job_claim"]) == sorted(taken["job_claim_batch"])
-    assert sorted(taken["job_claim"]) == [
+    assert taken["job_claim"] == taken["job_claim_batch"] == taken["job_claim_queue"]
+    assert taken["job_claim"] == [
         ("a", -1, 1, True), ("a", 0, 1, True), ("a", 0, 1, True), ("c", 0, 1, True),
     ]  # fmt: skip
 

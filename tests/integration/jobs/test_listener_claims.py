@@ -63,7 +63,7 @@ async def test_an_idle_worker_claims_on_its_listen_connection(
     # backend's last statement, cut at 1 KiB), planned as the pinned connections plan theirs.
     statement = await last_statement(pool, worker.listener.backend_pid)
     assert len(statement) > 500
-    assert Q["job_claim"].startswith(statement)
+    assert Q["job_claim_queue"].startswith(statement)
     assert dict((await worker.listener.fetch(SETTINGS))[0]) == {
         "mode": "force_generic_plan", "seqscan": "off", "bitmapscan": "off",
     }  # fmt: skip
@@ -155,7 +155,7 @@ async def test_one_notify_into_an_idle_worker_sends_one_claim(
         async def recording(
             query: str, *args: Any, _fetch: Any = fetch, _on: str = type(conn).__name__
         ) -> Any:
-            if query in (Q["job_claim"], Q["job_claim_batch"]):
+            if query in (Q["job_claim"], Q["job_claim_queue"], Q["job_claim_batch"]):
                 claims.append(_on)
             return await _fetch(query, *args)
 

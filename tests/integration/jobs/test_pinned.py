@@ -34,7 +34,7 @@ async def test_pinned_connection_plans_generically_by_index_and_gives_the_settin
 
 
 # The statements the worker runs on its pinned connections (claims and completions).
-PINNED_STATEMENTS = ("job_claim", "job_claim_batch", "job_complete_many", "job_fail_many")
+PINNED_STATEMENTS = ("job_claim", "job_claim_queue", "job_claim_batch", "job_complete_many", "job_fail_many")
 
 
 async def test_pinned_statements_read_the_job_table_by_index_whatever_its_size(database_url: str) -> None:
