@@ -12,16 +12,13 @@ import asyncpg
 from paymanager.jobs import JobContext, Registry, Worker, WorkerOptions, enqueue
 from paymanager.jobs._queries import Q
 from tests.integration.jobs.conftest import StartWorker, wait_state, wait_until
+from tests.integration.jobs.test_pinned import PLANNED, SETTINGS
 
 # No polling and no listener pings during a test: every claim comes from a NOTIFY.
 QUIET = WorkerOptions(
     owner="lc", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=3_600_000,
     listener_check_interval_ms=600_000,
 )  # fmt: skip
-SETTINGS = (
-    "SELECT current_setting('plan_cache_mode') AS mode, current_setting('enable_seqscan') AS seqscan,"
-    " current_setting('enable_bitmapscan') AS bitmapscan"
-)
 
 
 def counting_registry(ran: list[int]) -> Registry:
@@ -64,9 +61,7 @@ async def test_an_idle_worker_claims_on_its_listen_connection(
     statement = await last_statement(pool, worker.listener.backend_pid)
     assert len(statement) > 500
     assert Q["job_claim_queue"].startswith(statement)
-    assert dict((await worker.listener.fetch(SETTINGS))[0]) == {
-        "mode": "force_generic_plan", "seqscan": "off", "bitmapscan": "off",
-    }  # fmt: skip
+    assert dict((await worker.listener.fetch(SETTINGS))[0]) == PLANNED
 
 
 async def test_a_busy_listen_connection_leaves_the_claim_to_a_pooled_one(
