@@ -25,20 +25,18 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from typing import Any
 
 import asyncpg
 import uvloop
 
-import latency_floor  # bench/latency_floor.py, beside this file
-from paymanager.db import migrations
+import jobs as jobs_bench  # bench/jobs.py and bench/latency_floor.py, beside this file
+import latency_floor
 from paymanager.db.pool import create_pool
 from paymanager.jobs import JobContext, Registry, Worker, WorkerOptions, _listener, _pinned, enqueue
 from paymanager.jobs import worker as worker_module
 from paymanager.jobs._queries import Q
 
-SERVER = latency_floor.SERVER
 GAP_S = latency_floor.GAP_S
 QUEUE = "latency"
 CLAIMS = (Q["job_claim"], Q["job_claim_queue"], Q["job_claim_batch"])
@@ -52,10 +50,6 @@ MARKS = (
     ("claim returned", "claim_back"),
     ("handler started", "started"),
 )
-
-
-def percentile(values: list[float], pct: float) -> float:
-    return latency_floor.percentile(values, pct)
 
 
 async def worker(dsn: str, jobs: int) -> None:
@@ -154,22 +148,6 @@ def ours_round(dsn: str, jobs: int) -> dict[str, list[float]]:
     return out
 
 
-async def create_database() -> tuple[str, str]:
-    name = f"pmbench_breakdown_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(SERVER)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    dsn = SERVER.rsplit("/", 1)[0] + "/" + name
-    conn = await asyncpg.connect(dsn)
-    try:
-        await migrations.migrate(conn)
-    finally:
-        await conn.close()
-    return name, dsn
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -183,7 +161,7 @@ def main() -> None:
         return
     print(f"# enqueue-to-start breakdown: {args.jobs} jobs {GAP_S * 1000:.0f} ms apart, {args.rounds} rounds")
     print("# p50 in ms from the start of the producer's call; the floor's round follows or precedes each")
-    name, dsn = uvloop.run(create_database())
+    dsn = uvloop.run(jobs_bench.create_database("ours"))
     table = f"pm_latency_floor_{os.getpid()}"
     uvloop.run(latency_floor.run_sql(latency_floor.CREATE.format(t=table)))
     totals: list[tuple[float, float]] = []
@@ -204,17 +182,19 @@ def main() -> None:
             print(
                 "           hops "
                 + " + ".join(f"{h:.2f}" for h in hops)
-                + f"; p99 {percentile(ours['started'], 99):.2f}"
+                + f"; p99 {latency_floor.percentile(ours['started'], 99):.2f}"
             )
             print(
                 "       hops p99 "
-                + " + ".join(f"{percentile(ours[f'hop{i}'], 99):.2f}" for i, _ in enumerate(MARKS))
+                + " + ".join(
+                    f"{latency_floor.percentile(ours[f'hop{i}'], 99):.2f}" for i, _ in enumerate(MARKS)
+                )
             )
             calls, arrivals, claims = floor
             print(
                 f"         floor producer's call {statistics.median(calls):.2f}"
                 f"   NOTIFY {statistics.median(arrivals):.2f}   claimed {statistics.median(claims):.2f};"
-                f" p99 {percentile(claims, 99):.2f}"
+                f" p99 {latency_floor.percentile(claims, 99):.2f}"
             )
             totals.append((medians["started"], statistics.median(claims)))
             print(f"           claimed on: {CLAIMED_ON[-1]}")
@@ -227,15 +207,7 @@ def main() -> None:
         )
     finally:
         uvloop.run(latency_floor.run_sql(f"DROP TABLE {table}"))
-
-        async def drop() -> None:
-            admin = await asyncpg.connect(SERVER)
-            try:
-                await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-            finally:
-                await admin.close()
-
-        uvloop.run(drop())
+        uvloop.run(jobs_bench.drop_database(dsn))
 
 
 if __name__ == "__main__":

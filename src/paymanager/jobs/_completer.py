@@ -93,10 +93,7 @@ class Completer:
 
     def _publish_completed(self) -> None:
         events, self._completed_events = self._completed_events, []
-        # With `completed` NOTIFYs off (WorkerOptions.notify_completed_events) they go to Redis only,
-        # as for the jobs the worker completes itself.
-        publish = self._events.publish(events, notify_completed=self._events.notify_completed)
-        task = asyncio.get_running_loop().create_task(publish)
+        task = asyncio.get_running_loop().create_task(self._events.publish(events))
         # Keep a reference until it is done: the loop holds tasks only weakly.
         self._background.add(task)
         task.add_done_callback(self._background.discard)

@@ -23,6 +23,7 @@ from typing import Any
 import asyncpg
 
 from paymanager.db.pool import connect
+from paymanager.jobs._pinned import BROKEN
 from paymanager.jobs._queries import Q
 from paymanager.logging import get_logger
 
@@ -118,7 +119,7 @@ class Listener:
                 raise asyncpg.InterfaceError("the job listener's connection is down")
             try:
                 rows: list[asyncpg.Record] = await conn.fetch(query, *args)
-            except (asyncpg.InterfaceError, OSError, TimeoutError, asyncio.CancelledError):
+            except (*BROKEN, asyncio.CancelledError):
                 # Interrupted mid-statement, the protocol's state is unknown: reconnect.
                 self._lost.set()
                 raise

@@ -106,13 +106,16 @@ class EventPublisher:
             self._redis = None
 
     async def publish(
-        self, events: Sequence[JobEvent], *, notify: bool = True, notify_completed: bool = True
+        self, events: Sequence[JobEvent], *, notify: bool = True, notify_completed: bool | None = None
     ) -> None:
         """Best effort: an event lost to a broken connection must not fail the job it describes.
 
         `notify=False` sends to Redis only (the NOTIFY went out with the statement that wrote the
-        change); `notify_completed=False` does the same for `completed` events only.
+        change); `notify_completed=False` does the same for `completed` events only, and by default
+        follows this publisher's setting (`WorkerOptions.notify_completed_events`).
         """
+        if notify_completed is None:
+            notify_completed = self.notify_completed
         if not notify_completed:
             redis_only = [e for e in events if e.event == "completed"]
             events = [e for e in events if e.event != "completed"]
