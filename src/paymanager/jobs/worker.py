@@ -1,8 +1,9 @@
 """The worker: one asyncio loop per process serving several queues, each with its own concurrency.
 
 The fetch loop claims, in ONE statement, as many jobs as there are free slots over all queues that
-may have work (a NOTIFY or a poll says so); each job runs in its own task; outcomes are written in
-batches by the completer (`_completer.py`); a heartbeat extends every held lease in one statement.
+may have work (a NOTIFY or a poll says so); each job runs in its own task (an idle worker's claim
+runs its first job in the claim's task); outcomes are written in batches by the completer
+(`_completer.py`); a heartbeat extends every held lease in one statement.
 """
 
 from __future__ import annotations
@@ -174,9 +175,10 @@ class Worker:
             self._notified[queue] += 1
             # Claim from the notification itself: waking the fetch loop first costs event-loop turns
             # on the enqueue-to-start path (an idle worker's latency). An idle worker claims on the
-            # LISTEN connection, whose backend has just woken to deliver this notification.
-            self._launch_claim(on_listener=True)
-            self._wake.set()
+            # LISTEN connection, whose backend has just woken to deliver this notification. The fetch
+            # loop is woken only when no claim went out: the claim's end wakes it anyway.
+            if not self._launch_claim(on_listener=True):
+                self._wake.set()
 
     def _on_cancel(self, payload: str) -> None:
         with contextlib.suppress(ValueError):
@@ -341,7 +343,23 @@ class Worker:
             self._wake.set()
             return
         self._give_back(conn)
-        await self._claimed(rows, queues, wanted, seen, batch)
+        starts = await self._claimed(rows, queues, wanted, seen, batch)
+        if batch or not starts or self._stopping:
+            for start in starts:
+                self._start(*start)
+            return
+        # An idle worker's claim (nothing completed with it) runs its first job in its own task: a
+        # new task would cost the enqueue-to-start path a task and a loop turn, 0.03-0.05 ms
+        # (docs/BENCHMARKS.md). From here the task is that job's, no longer a claim in flight (a
+        # stopping worker's fetch loop waits for its claims: then every job gets its own task).
+        for start in starts[1:]:
+            self._start(*start)
+        task = asyncio.current_task()
+        assert task is not None
+        self._claims.discard(task)
+        ctx, held, backoff = starts[0]
+        held.task = task
+        await self._run(ctx, held, backoff)
 
     async def _claimed(
         self,
@@ -350,13 +368,15 @@ class Worker:
         wanted: list[int],
         seen: dict[str, int],
         batch: list[tuple[JobContext, Completion]],
-    ) -> None:
+    ) -> list[tuple[JobContext, _Held, dict[str, Any] | None]]:
+        """Record what the claim got; return the claimed jobs, held but not started."""
         got: dict[str, int] = dict.fromkeys(queues, 0)
         done: set[int] = set()
+        starts: list[tuple[JobContext, _Held, dict[str, Any] | None]] = []
         for row in rows:
             if row["claimed"]:
                 got[row["queue"]] += 1
-                self._begin(row)
+                starts.append(self._hold(row))
             else:
                 done.add(row["id"])
         # A claim that filled its slots met a backlog: the next one need not wait for the cooldown.
@@ -369,8 +389,10 @@ class Worker:
         self._wake.set()
         if batch:
             await self._completer.settled(batch, done)
+        return starts
 
-    def _begin(self, row: asyncpg.Record) -> None:
+    def _hold(self, row: asyncpg.Record) -> tuple[JobContext, _Held, dict[str, Any] | None]:
+        """The claimed job's context, held (its slot taken, its timeout running); not started yet."""
         spec = self._registry.get(row["kind"])
         max_attempts = row["max_attempts"] or (spec.max_attempts if spec else None)
         ctx = JobContext(
@@ -393,7 +415,10 @@ class Worker:
         )
         held = _Held(ctx, time.monotonic() + timeout_ms / 1000)
         self._held[ctx.id] = held
-        held.task = asyncio.create_task(self._run(ctx, held, row["backoff"]))
+        return ctx, held, row["backoff"]
+
+    def _start(self, ctx: JobContext, held: _Held, backoff: dict[str, Any] | None) -> None:
+        held.task = asyncio.create_task(self._run(ctx, held, backoff))
 
     # --- running -----------------------------------------------------------------------------------
 

@@ -162,3 +162,33 @@ async def test_one_notify_into_an_idle_worker_sends_one_claim(
         await wait_state(pool, job.id, "completed")
         await asyncio.sleep(0.05)
         assert claims == ["Listener"] * n
+
+
+async def test_a_job_run_in_its_claims_task_leaves_the_worker_free_to_claim_the_next(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    # An idle worker's claim runs its first job in the claim's own task; from then on that task
+    # is the job's and no longer a claim in flight, which would hold back every other claim (one
+    # claim at a time while none came back full) until the slow job ended.
+    release = asyncio.Event()
+    ran: list[int] = []
+    registry = counting_registry(ran)
+
+    @registry.handler("slow")
+    async def slow(ctx: JobContext) -> None:
+        await release.wait()
+
+    worker = await start_worker(registry, options=QUIET)
+    await idle(worker)
+    stuck = await enqueue(pool, "slow", {})
+    await wait_state(pool, stuck.id, "running")
+    held = worker._held[stuck.id]
+    assert held.task is not None
+    assert not held.task.done()
+    assert not worker._claims
+    job = await enqueue(pool, "k", {})
+    await wait_state(pool, job.id, "completed")
+    assert ran == [job.id]
+    assert await pool.fetchval("SELECT state FROM job WHERE id = $1", stuck.id) == "running"
+    release.set()
+    await wait_state(pool, stuck.id, "completed")
