@@ -207,8 +207,11 @@ class Worker:
             self._wake.clear()
             if self._launch_claim():
                 continue
+            # asyncio.timeout, not wait_for: wait_for wraps the wait in a new task on every wake-up
+            # (Python 3.11), and the fetch loop wakes for every job that ends.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, next_poll - time.monotonic()))
+                async with asyncio.timeout(max(0.0, next_poll - time.monotonic())):
+                    await self._wake.wait()
         if self._claims:
             await asyncio.gather(*self._claims, return_exceptions=True)
 
