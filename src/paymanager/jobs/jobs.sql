@@ -86,11 +86,6 @@ WITH done AS (
       FROM (SELECT d.*, (row_number() OVER () - 1) / 25 AS chunk FROM done AS d) AS n
      WHERE $8::boolean
      GROUP BY n.chunk
-), quick AS (
-    -- $9 true (the worker passes it only when this statement completes nothing): commit without
-    -- waiting for the WAL flush. A claim lost in a crash of the server leaves its jobs available,
-    -- as a worker's crash does; every completion stays durable, and flushes this claim with it.
-    SELECT set_config('synchronous_commit', 'off', true) WHERE $9::boolean
 ), wanted AS (
     SELECT w.queue, w.wanted
       FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
@@ -114,15 +109,21 @@ WITH done AS (
            lease_token = gen_random_uuid(),
            lease_expires_at = now() + make_interval(secs => $4::bigint / 1000.0)
      WHERE job.id = ANY (ARRAY(SELECT locked.id FROM locked))
+    -- $9 true (the worker passes it only when this statement completes nothing): commit without
+    -- waiting for the WAL flush. A claim lost in a crash of the server leaves its jobs available,
+    -- as a worker's crash does; every completion stays durable, and flushes this claim with it.
+    -- Set from the RETURNING list, before the commit that reads it, only when a job was claimed
+    -- (a claim of nothing writes nothing to flush): 0.02-0.03 ms less than a CTE that every
+    -- claim's plan had to run (docs/BENCHMARKS.md).
     RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.attempt, job.max_attempts,
-              job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested
+              job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
+              CASE WHEN $9::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick
 )
 SELECT true AS claimed, c.id, c.queue, c.kind, c.payload, c.priority, c.attempt, c.max_attempts,
-       c.backoff, c.timeout_ms, c.lease_token, c.parent_id, c.cancel_requested
+       c.backoff, c.timeout_ms, c.lease_token, c.parent_id, c.cancel_requested, c.quick
   FROM claimed AS c
- WHERE (SELECT count(*) FROM quick) >= 0
 UNION ALL
-SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM done AS d
  WHERE (SELECT count(*) FROM notified) >= 0
 
@@ -130,12 +131,11 @@ SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 
 -- job_claim_batch with nothing to complete: an idle worker's claim, on the enqueue-to-start path.
 -- The same claim without the completion, event and UNION parts, whose setup and execution cost
 -- 0.08-0.11 ms of each one-job claim (docs/BENCHMARKS.md, "Enqueue-to-start latency"). $1 queues,
--- $2 wanted per queue, $3 owner, $4 lease ms, $5 quick (commit without waiting for the flush).
+-- $2 wanted per queue, $3 owner, $4 lease ms, $5 quick (commit without waiting for the flush, set
+-- from the RETURNING list as in job_claim_batch).
 -- Its `wanted`, `locked` and update parts are job_claim_batch's: change both together
 -- (test_the_idle_claims_and_the_batch_claim_take_the_same_jobs holds them to the same jobs).
-WITH quick AS (
-    SELECT set_config('synchronous_commit', 'off', true) WHERE $5::boolean
-), wanted AS (
+WITH wanted AS (
     SELECT w.queue, w.wanted
       FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
      WHERE w.wanted > 0
@@ -158,18 +158,15 @@ UPDATE job
        lease_token = gen_random_uuid(),
        lease_expires_at = now() + make_interval(secs => $4::bigint / 1000.0)
  WHERE job.id = ANY (ARRAY(SELECT locked.id FROM locked))
-   AND (SELECT count(*) FROM quick) >= 0
 RETURNING true AS claimed, job.id, job.queue, job.kind, job.payload, job.priority, job.attempt,
-          job.max_attempts, job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested
+          job.max_attempts, job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
+          CASE WHEN $5::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick
 
 -- name: job_claim_queue
 -- job_claim for one queue ($1): an idle worker's claim when one queue may have work (a NOTIFY names
 -- one), without the unnest and lateral join that serve several: 0.035-0.045 ms less per claim
 -- (docs/BENCHMARKS.md). $2 wanted, $3 owner, $4 lease ms, $5 quick. The same claim as job_claim and
 -- job_claim_batch: change them together (test_the_idle_claims_and_the_batch_claim_take_the_same_jobs).
-WITH quick AS (
-    SELECT set_config('synchronous_commit', 'off', true) WHERE $5::boolean
-)
 UPDATE job
    SET state = 'running',
        attempt = job.attempt + 1,
@@ -184,9 +181,9 @@ UPDATE job
          ORDER BY j.priority, j.run_at, j.id
          LIMIT $2
            FOR UPDATE SKIP LOCKED))
-   AND (SELECT count(*) FROM quick) >= 0
 RETURNING true AS claimed, job.id, job.queue, job.kind, job.payload, job.priority, job.attempt,
-          job.max_attempts, job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested
+          job.max_attempts, job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
+          CASE WHEN $5::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick
 
 -- name: job_promote_due
 -- Makes scheduled and retryable jobs whose time has come available (bounded), waking their queues.
