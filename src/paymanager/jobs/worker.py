@@ -347,18 +347,18 @@ class Worker:
             return
         self._give_back(conn)
         starts = await self._claimed(rows, queues, wanted, seen, batch)
-        if batch or not starts or self._stopping:
+        task = asyncio.current_task()
+        if batch or not starts or self._stopping or task not in self._claims:
             for start in starts:
                 self._start(*start)
             return
         # An idle worker's claim (nothing completed with it) runs its first job in its own task: a
-        # new task would cost the enqueue-to-start path a task and a loop turn, 0.03-0.05 ms
-        # (docs/BENCHMARKS.md). From here the task is that job's, no longer a claim in flight (a
-        # stopping worker's fetch loop waits for its claims: then every job gets its own task).
+        # new task would cost the enqueue-to-start path a task and a loop turn (docs/BENCHMARKS.md).
+        # From here the task is that job's, no longer a claim in flight (a stopping worker's fetch
+        # loop waits for its claims: then every job gets its own task).
+        assert task is not None
         for start in starts[1:]:
             self._start(*start)
-        task = asyncio.current_task()
-        assert task is not None
         self._claims.discard(task)
         ctx, held, backoff = starts[0]
         held.task = task
