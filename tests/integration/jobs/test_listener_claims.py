@@ -192,3 +192,50 @@ async def test_a_job_run_in_its_claims_task_leaves_the_worker_free_to_claim_the_
     assert await pool.fetchval("SELECT state FROM job WHERE id = $1", stuck.id) == "running"
     release.set()
     await wait_state(pool, stuck.id, "completed")
+
+
+async def test_a_job_run_in_its_claims_task_owns_that_task(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    # The whole job runs in the claim's task, which is the job's from then on: an asyncio.timeout or
+    # a TaskGroup inside the handler binds to it, and the worker's own timeout cancels it.
+    registry = Registry()
+    tasks: dict[str, asyncio.Task[Any] | None] = {}
+
+    @registry.handler("nested")
+    async def nested(ctx: JobContext) -> str:
+        tasks["handler"] = asyncio.current_task()
+        try:
+            async with asyncio.timeout(0.02):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            pass
+        async with asyncio.TaskGroup() as group:
+            child = group.create_task(asyncio.sleep(0, result="child"))
+        return f"inner timeout caught, {child.result()}"
+
+    @registry.handler("hangs", max_attempts=1, timeout_ms=50)
+    async def hangs(ctx: JobContext) -> None:
+        await asyncio.sleep(5)
+
+    worker = await start_worker(registry, options=QUIET)
+    await idle(worker)
+    launched: list[asyncio.Task[None]] = []
+
+    class RecordingClaims(set[asyncio.Task[None]]):
+        def add(self, task: asyncio.Task[None]) -> None:
+            launched.append(task)
+            super().add(task)
+
+    worker._claims = RecordingClaims(worker._claims)
+    job = await enqueue(pool, "nested", {})
+    await wait_state(pool, job.id, "completed")
+    assert await pool.fetchval("SELECT result FROM job WHERE id = $1", job.id) == (
+        "inner timeout caught, child"
+    )
+    assert tasks["handler"] in launched
+    assert tasks["handler"] not in worker._claims
+    stuck = await enqueue(pool, "hangs", {})
+    await wait_state(pool, stuck.id, "dead")
+    error = await pool.fetchval("SELECT last_error FROM job WHERE id = $1", stuck.id)
+    assert error["type"] == "TimeoutError"
