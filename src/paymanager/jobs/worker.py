@@ -51,6 +51,10 @@ class _Held:
     timed_out: bool = False
 
 
+# A claimed job, held but not started: its context, its hold and its backoff (as stored).
+_Claimed = tuple[JobContext, _Held, dict[str, Any] | None]
+
+
 class Worker:
     """Runs registered handlers for jobs of `queues` (queue -> concurrency). A runtime Service."""
 
@@ -346,36 +350,32 @@ class Worker:
             self._wake.set()
             return
         self._give_back(conn)
-        starts = await self._claimed(rows, queues, wanted, seen, batch)
-        task = asyncio.current_task()
-        if batch or not starts or self._stopping or task not in self._claims:
-            for start in starts:
-                self._start(*start)
-            return
+        starts, done = self._claimed(rows, queues, wanted, seen)
         # An idle worker's claim (nothing completed with it) runs its first job in its own task: a
         # new task would cost the enqueue-to-start path a task and a loop turn (docs/BENCHMARKS.md).
-        # From here the task is that job's, no longer a claim in flight (a stopping worker's fetch
-        # loop waits for its claims: then every job gets its own task).
-        assert task is not None
-        for start in starts[1:]:
+        # From then on the task is that job's, no longer a claim in flight (a stopping worker's
+        # fetch loop waits for its claims: then every job gets its own task).
+        task = asyncio.current_task()
+        inline = bool(starts) and not batch and not self._stopping and task in self._claims
+        for start in starts[1:] if inline else starts:
             self._start(*start)
-        self._claims.discard(task)
-        ctx, held, backoff = starts[0]
-        held.task = task
-        await self._run(ctx, held, backoff)
+        if batch:
+            await self._completer.settled(batch, done)
+        if inline:
+            assert task is not None
+            self._claims.discard(task)
+            ctx, held, backoff = starts[0]
+            held.task = task
+            await self._run(ctx, held, backoff)
 
-    async def _claimed(
-        self,
-        rows: list[asyncpg.Record],
-        queues: list[str],
-        wanted: list[int],
-        seen: dict[str, int],
-        batch: list[tuple[JobContext, Completion]],
-    ) -> list[tuple[JobContext, _Held, dict[str, Any] | None]]:
-        """Record what the claim got; return the claimed jobs, held but not started."""
+    def _claimed(
+        self, rows: list[asyncpg.Record], queues: list[str], wanted: list[int], seen: dict[str, int]
+    ) -> tuple[list[_Claimed], set[int]]:
+        """Record what the claim got: the claimed jobs, held but not started, and the ids the
+        statement completed."""
         got: dict[str, int] = dict.fromkeys(queues, 0)
         done: set[int] = set()
-        starts: list[tuple[JobContext, _Held, dict[str, Any] | None]] = []
+        starts: list[_Claimed] = []
         for row in rows:
             if row["claimed"]:
                 got[row["queue"]] += 1
@@ -390,11 +390,9 @@ class Worker:
             if got[queue] < n and self._notified[queue] == seen[queue]:
                 self._maybe_work[queue] = False
         self._wake.set()
-        if batch:
-            await self._completer.settled(batch, done)
-        return starts
+        return starts, done
 
-    def _hold(self, row: asyncpg.Record) -> tuple[JobContext, _Held, dict[str, Any] | None]:
+    def _hold(self, row: asyncpg.Record) -> _Claimed:
         """The claimed job's context, held (its slot taken, its timeout running); not started yet."""
         spec = self._registry.get(row["kind"])
         max_attempts = row["max_attempts"] or (spec.max_attempts if spec else None)

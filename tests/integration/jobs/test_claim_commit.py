@@ -157,3 +157,38 @@ CLAIMED_COLUMNS = (
     "claimed", "id", "queue", "kind", "payload", "priority", "attempt", "max_attempts", "backoff",
     "timeout_ms", "lease_token", "parent_id", "cancel_requested", "quick",
 )  # fmt: skip
+
+
+async def test_a_claim_starts_its_jobs_before_it_settles_the_completions_it_wrote(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    # Settling may wait (events published to Redis): the jobs the claim got must not wait with it,
+    # nor sit held without a task, where a stop would neither wait for them nor give them back.
+    registry = Registry()
+    done: list[int] = []
+
+    async def handle(ctx: JobContext) -> None:
+        done.append(ctx.id)
+
+    registry.register("k", handle)
+    worker = await start_worker(registry, {"default": 4}, FAST)
+    claimed_last: list[Any] = []
+    started_when_settling: list[bool] = []
+    claimed, settled = worker._claimed, worker._completer.settled
+
+    def recording_claimed(*args: Any) -> Any:
+        starts, completed = claimed(*args)
+        claimed_last[:] = [held for _, held, _ in starts]
+        return starts, completed
+
+    async def slow_settled(*args: Any) -> None:
+        started_when_settling.append(all(held.task is not None for held in claimed_last))
+        await asyncio.sleep(0.01)
+        await settled(*args)
+
+    worker._claimed = recording_claimed  # type: ignore[method-assign]
+    worker._completer.settled = slow_settled  # type: ignore[method-assign]
+    await enqueue_many(pool, [NewJob("k", {}) for _ in range(100)])
+    await wait_until(lambda: _at_least(done, 100))
+    assert started_when_settling, "the backlog's claims carried completions"
+    assert all(started_when_settling), started_when_settling
