@@ -7,6 +7,7 @@ Events are published after the write commits; the on-dead hook runs for each job
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,7 +45,7 @@ class Completer:
         conn: PinnedConnection,
         batch_max: int,
         events: EventPublisher,
-        forget: Callable[[list[int]], None],
+        forget: Callable[[list[JobContext]], None],
         requeued: Callable[[str], None],
         on_dead: DeadHook | None,
     ) -> None:
@@ -56,7 +57,9 @@ class Completer:
         self._on_dead = on_dead
         self._completions: list[tuple[JobContext, Completion]] = []
         self._failures: list[tuple[JobContext, Failure]] = []
-        self._pending_ids: set[int] = set()
+        # The lease tokens of the attempts whose outcome waits to be written (an attempt, not a job:
+        # a worker may hold two attempts of one job, the first one's lease lost).
+        self._pending: set[uuid.UUID] = set()
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -66,17 +69,17 @@ class Completer:
 
     @property
     def pending(self) -> int:
-        return len(self._pending_ids)
+        return len(self._pending)
 
-    def is_pending(self, job_id: int) -> bool:
-        return job_id in self._pending_ids
+    def is_pending(self, lease_token: uuid.UUID) -> bool:
+        return lease_token in self._pending
 
     def add(self, ctx: JobContext, outcome: Completion | Failure) -> None:
         if isinstance(outcome, Completion):
             self._completions.append((ctx, outcome))
         else:
             self._failures.append((ctx, outcome))
-        self._pending_ids.add(ctx.id)
+        self._pending.add(ctx.lease_token)
         self._idle.clear()
         self._ready.set()
 
@@ -132,9 +135,9 @@ class Completer:
             await self._write(lambda: self._complete(completions, events))
         if failures:
             await self._write(lambda: self._fail(failures, events, dead))
-        ids = [ctx.id for ctx, _ in completions] + [ctx.id for ctx, _ in failures]
-        self._pending_ids.difference_update(ids)
-        self._forget(ids)
+        written = [ctx for ctx, _ in completions] + [ctx for ctx, _ in failures]
+        self._pending.difference_update(ctx.lease_token for ctx in written)
+        self._forget(written)
         if events:
             await self._events.publish(events, notify_completed=False)
         for ctx, error in dead:
@@ -187,9 +190,9 @@ class Completer:
     async def settled(self, batch: list[tuple[JobContext, Completion]], done: set[int]) -> None:
         events: list[JobEvent] = []
         self.completed(batch, done, events)
-        ids = [ctx.id for ctx, _ in batch]
-        self._pending_ids.difference_update(ids)
-        self._forget(ids)
+        written = [ctx for ctx, _ in batch]
+        self._pending.difference_update(ctx.lease_token for ctx in written)
+        self._forget(written)
         if events:
             await self._events.publish(events, notify=False)
 

@@ -9,8 +9,8 @@ just woken to deliver the notification, where a pooled connection's backend has 
 job; 0.06-0.09 ms of the enqueue-to-start latency (docs/BENCHMARKS.md). One statement runs on it at a
 time (the claim or the ping); a claim finding it busy or down goes to a pooled connection instead.
 While a statement runs here, PostgreSQL holds this backend's notifications back until it returns: a
-claim waiting on a lock (a migration's ALTER TABLE) would hold them as long, until the health check's
-ping, which waits its turn, gives up after PING_TIMEOUT_S and the connection is replaced.
+claim waiting on a lock (a migration's ALTER TABLE) holds them at most the session's lock_timeout
+(WorkerOptions.claim_lock_timeout_ms), after which the claim fails and is retried.
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ class Listener:
         on_reconnect: Callable[[], None],
         check_interval_s: float,
         application_name: str = "paymanager:job-listener",
+        lock_timeout_ms: int | None = None,
     ) -> None:
         self._dsn = dsn
+        self._lock_timeout_ms = lock_timeout_ms
         self._handlers = handlers
         self._on_reconnect = on_reconnect
         self._check_interval_s = check_interval_s
@@ -72,6 +74,8 @@ class Listener:
         try:
             # Claims run here too: plan them as the worker's pinned connections do (generic, by index).
             await conn.execute(Q["job_session_generic_plans"])
+            if self._lock_timeout_ms is not None:
+                await conn.execute(Q["job_session_lock_timeout"], self._lock_timeout_ms)
             for channel, handler in self._handlers.items():
                 await conn.add_listener(channel, self._callback(handler))
         except BaseException:

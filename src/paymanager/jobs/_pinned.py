@@ -4,8 +4,9 @@ Borrowing per statement costs a round trip each time: asyncpg resets a connectio
 ALL, ...) when it goes back to the pool. The claim and completion loops run thousands of statements a
 second, so each keeps one connection; a connection that breaks is dropped and replaced on next use.
 
-With `generic_plans`, the connection plans each statement once (`job_session_generic_plans`); the
-setting is undone before the connection goes back to the pool, whose reset keeps session settings.
+With `generic_plans`, the connection plans each statement once (`job_session_generic_plans`), and
+with `lock_timeout_ms` waits at most that long on a lock (the claim sessions); the settings are undone
+before the connection goes back to the pool, whose reset keeps session settings.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ BROKEN = (asyncpg.InterfaceError, asyncpg.exceptions.ConnectionDoesNotExistError
 
 
 class PinnedConnection:
-    def __init__(self, pool: Pool, *, generic_plans: bool = False) -> None:
+    def __init__(
+        self, pool: Pool, *, generic_plans: bool = False, lock_timeout_ms: int | None = None
+    ) -> None:
         self._pool = pool
         self._generic_plans = generic_plans
+        self._lock_timeout_ms = lock_timeout_ms
         self._conn: Any = None
 
     async def _acquire(self) -> Any:
@@ -33,6 +37,8 @@ class PinnedConnection:
         if self._generic_plans:
             try:
                 await conn.execute(Q["job_session_generic_plans"])
+                if self._lock_timeout_ms is not None:
+                    await conn.execute(Q["job_session_lock_timeout"], self._lock_timeout_ms)
             except BaseException:
                 conn.terminate()
                 with contextlib.suppress(Exception):

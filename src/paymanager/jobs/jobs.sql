@@ -257,7 +257,7 @@ UPDATE job
    SET lease_expires_at = now() + make_interval(secs => $3::bigint / 1000.0)
   FROM unnest($1::bigint[], $2::uuid[]) AS r(id, token)
  WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
-RETURNING job.id, job.cancel_requested
+RETURNING job.id, job.lease_token, job.cancel_requested
 
 -- name: job_release_many
 -- Gives jobs back at shutdown: available at once, the attempt not spent.
@@ -482,7 +482,12 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
 
 -- name: job_session_default_plans
 SELECT set_config(name, reset_val, false) FROM pg_settings
- WHERE name IN ('plan_cache_mode', 'enable_seqscan', 'enable_bitmapscan')
+ WHERE name IN ('plan_cache_mode', 'enable_seqscan', 'enable_bitmapscan', 'lock_timeout')
+
+-- name: job_session_lock_timeout
+-- The claim sessions' longest wait on a lock ($1 ms; WorkerOptions.claim_lock_timeout_ms), undone
+-- with the plans by job_session_default_plans.
+SELECT set_config('lock_timeout', $1::integer || 'ms', false)
 
 -- name: job_periodic_init
 -- The first sight of a schedule records its current slot without enqueuing (the first run is at the

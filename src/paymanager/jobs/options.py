@@ -63,6 +63,11 @@ class WorkerOptions:
     # A claim that completes nothing commits without waiting for its WAL flush (about half of an
     # idle worker's enqueue-to-start latency); see docs/ARCHITECTURE.md, "Claims commit quickly".
     quick_claim_commit: bool = True
+    # The longest a claim waits on a lock (PostgreSQL's lock_timeout on the claim sessions). Claims
+    # skip locked jobs, so they wait only behind DDL (a migration's ALTER TABLE or LOCK): past this
+    # the claim fails and is retried, so neither a graceful stop nor the LISTEN connection (whose
+    # notifications wait behind a statement running on it) stays stuck behind the lock.
+    claim_lock_timeout_ms: int = 1_000
 
     def __post_init__(self) -> None:
         if not self.owner or len(self.owner) > 200:
@@ -84,6 +89,7 @@ class WorkerOptions:
         _within("sync_threads", self.sync_threads, 1, 256)
         _within("listener_check_interval_ms", self.listener_check_interval_ms, 50, 600_000)
         _within("promote_batch_max", self.promote_batch_max, 1, 100_000)
+        _within("claim_lock_timeout_ms", self.claim_lock_timeout_ms, 1, 600_000)
 
 
 @dataclass(frozen=True, slots=True)

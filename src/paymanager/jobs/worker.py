@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -90,7 +91,10 @@ class Worker:
         self._free = dict(queues)
         self._maybe_work = dict.fromkeys(queues, True)
         self._notified = dict.fromkeys(queues, 0)
-        self._held: dict[int, _Held] = {}
+        # Attempts running or waiting for their outcome's write, by lease token: one job may have two
+        # here, an attempt whose lease was lost (rescued while it ran) and the attempt that claimed
+        # the job again; each keeps its own slot, heartbeat and timeout until it ends.
+        self._held: dict[uuid.UUID, _Held] = {}
         self._wake = asyncio.Event()
         self._stopping = False
         self._last_claim_at = -1e9  # monotonic seconds at the start of the last claim (cooldown)
@@ -101,8 +105,10 @@ class Worker:
         self.events = EventPublisher(
             pool, self._options.redis_url, notify_completed=self._options.notify_completed_events
         )
+        lock_timeout_ms = self._options.claim_lock_timeout_ms
         self._idle_conns = [
-            PinnedConnection(pool, generic_plans=True) for _ in range(self._options.claim_pipeline)
+            PinnedConnection(pool, generic_plans=True, lock_timeout_ms=lock_timeout_ms)
+            for _ in range(self._options.claim_pipeline)
         ]
         self._all_conns = list(self._idle_conns)
         self._claims: set[asyncio.Task[None]] = set()
@@ -119,6 +125,7 @@ class Worker:
             {CHANNEL_AVAILABLE: self._on_available, CHANNEL_CANCEL: self._on_cancel},
             self._on_reconnect,
             self._options.listener_check_interval_ms / 1000,
+            lock_timeout_ms=lock_timeout_ms,
         )
 
     @property
@@ -147,19 +154,24 @@ class Worker:
         if self._cooldown_timer is not None:
             self._cooldown_timer.cancel()
             self._cooldown_timer = None
+        deadline = time.monotonic() + max(0.0, timeout_s)
         fetch = self._tasks[0] if self._tasks else None
         if fetch is not None:
+            # The fetch loop ends once its claims in flight came back (a claim waits on a lock at
+            # most the claim sessions' lock_timeout): their jobs are held and started.
             await asyncio.gather(fetch, return_exceptions=True)
         running = [h.task for h in self._held.values() if h.task is not None and not h.task.done()]
         if running:
-            await asyncio.wait(running, timeout=max(0.0, timeout_s))
+            await asyncio.wait(running, timeout=max(0.0, deadline - time.monotonic()))
         unfinished = [h for h in self._held.values() if h.task is not None and not h.task.done()]
         for held in unfinished:
             held.task.cancel()  # type: ignore[union-attr]
         if unfinished:
             await asyncio.wait([h.task for h in unfinished if h.task is not None], timeout=1)
         await self._completer.drain()
-        await self._release([h.ctx for h in unfinished])
+        # What is still held now has no outcome to write (drain wrote them all): the jobs cut off
+        # above, and any whose task ended without one. Give every one back.
+        await self._release([h.ctx for h in self._held.values()])
         for task in self._tasks[1:]:
             task.cancel()
         await asyncio.gather(*self._tasks[1:], return_exceptions=True)
@@ -186,9 +198,10 @@ class Worker:
 
     def _on_cancel(self, payload: str) -> None:
         with contextlib.suppress(ValueError):
-            held = self._held.get(int(payload))
-            if held is not None:
-                held.ctx.cancelled.set()
+            job_id = int(payload)
+            for held in self._held.values():
+                if held.ctx.id == job_id:
+                    held.ctx.cancelled.set()
 
     def _on_reconnect(self) -> None:
         # Notifications sent while the listener was down are lost: look at every queue once.
@@ -415,7 +428,7 @@ class Worker:
             row["timeout_ms"] or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms
         )
         held = _Held(ctx, time.monotonic() + timeout_ms / 1000)
-        self._held[ctx.id] = held
+        self._held[ctx.lease_token] = held
         return ctx, held, row["backoff"]
 
     def _start(self, ctx: JobContext, held: _Held, backoff: dict[str, Any] | None) -> None:
@@ -429,14 +442,20 @@ class Worker:
             try:
                 value = await self._call(ctx, spec)
             except asyncio.CancelledError:
-                if not held.timed_out:
+                if held.timed_out:
+                    raise TimeoutError(f"job {ctx.id} ran past its timeout") from None
+                task = asyncio.current_task()
+                if self._stopping or (task is not None and task.cancelling()):
                     raise
-                raise TimeoutError(f"job {ctx.id} ran past its timeout") from None
+                # Not a cancel of this job's task: the handler let out the CancelledError of
+                # something it awaited (a future or a task cancelled elsewhere). Left to end the
+                # task, it would leave the job held, its lease extended by every heartbeat.
+                raise RuntimeError("the handler raised CancelledError; its job was not cancelled") from None
         except SnoozeRequest as request:
             self._settle(ctx, snooze(ctx.id, ctx.lease_token, request.delay_ms))
         except LeaseLostError:
             log.warning("job lease lost; its effects were not committed", job_id=ctx.id, kind=ctx.kind)
-            self._forget([ctx.id])
+            self._forget([ctx])
         except asyncio.CancelledError:
             # Shutdown past its timeout: `stop` gives the lease back; nothing is written here.
             if not self._stopping:
@@ -451,7 +470,7 @@ class Worker:
         else:
             if ctx.completed_in_transaction:
                 self._completer.published_completion(ctx)
-                self._forget([ctx.id])
+                self._forget([ctx])
             else:
                 result = value if value is not None else ctx.result
                 self._settle(ctx, Completion(ctx.id, ctx.lease_token, result))
@@ -478,15 +497,15 @@ class Worker:
         """Hand the outcome to the completer and free the slot (the job stays held until written)."""
         self._completer.add(ctx, outcome)
         self._free[ctx.queue] += 1
-        held = self._held.get(ctx.id)
+        held = self._held.get(ctx.lease_token)
         if held is not None:
             held.task = None
         self._wake.set()
 
-    def _forget(self, job_ids: list[int]) -> None:
-        """The jobs' outcomes are written (or their leases are gone): they are no longer held."""
-        for job_id in job_ids:
-            held = self._held.pop(job_id, None)
+    def _forget(self, contexts: list[JobContext]) -> None:
+        """The attempts' outcomes are written (or their leases are gone): they are no longer held."""
+        for ctx in contexts:
+            held = self._held.pop(ctx.lease_token, None)
             if held is not None and held.task is not None:
                 # Still counted as running: the slot frees here (lease lost, or completed in its tx).
                 self._free[held.ctx.queue] += 1
@@ -523,13 +542,14 @@ class Worker:
             [h.ctx.lease_token for h in held],
             self._options.lease_ms,
         )
-        alive = {row["id"]: row["cancel_requested"] for row in rows}
+        alive = {row["lease_token"]: row["cancel_requested"] for row in rows}
         for h in held:
-            if h.ctx.id not in alive:
-                if h.ctx.id in self._held and not self._completer.is_pending(h.ctx.id):
+            token = h.ctx.lease_token
+            if token not in alive:
+                if token in self._held and not self._completer.is_pending(token):
                     h.ctx.lease_lost.set()
                     h.ctx.cancelled.set()
-            elif alive[h.ctx.id]:
+            elif alive[token]:
                 h.ctx.cancelled.set()
 
     async def _release(self, contexts: list[JobContext]) -> None:
@@ -543,4 +563,4 @@ class Worker:
             # The leases will expire and the rescuer returns the jobs; nothing is lost, only delayed.
             log.error("releasing job leases failed", error=str(exc), count=len(contexts))
         for ctx in contexts:
-            self._held.pop(ctx.id, None)
+            self._held.pop(ctx.lease_token, None)

@@ -12,7 +12,7 @@ import asyncpg
 from paymanager.jobs import JobContext, Registry, Worker, WorkerOptions, enqueue
 from paymanager.jobs._queries import Q
 from tests.integration.jobs.conftest import StartWorker, wait_state, wait_until
-from tests.integration.jobs.test_pinned import PLANNED, SETTINGS
+from tests.integration.jobs.test_pinned import LOCK_TIMEOUT, PLANNED, SETTINGS
 
 # No polling and no listener pings during a test: every claim comes from a NOTIFY.
 QUIET = WorkerOptions(
@@ -62,6 +62,8 @@ async def test_an_idle_worker_claims_on_its_listen_connection(
     assert len(statement) > 500
     assert Q["job_claim_queue"].startswith(statement)
     assert dict((await worker.listener.fetch(SETTINGS))[0]) == PLANNED
+    # And waits on a lock at most as long as the pinned claim sessions (WorkerOptions' 1,000 ms).
+    assert dict((await worker.listener.fetch(LOCK_TIMEOUT))[0]) == {"lock_timeout": "1s"}
 
 
 async def test_a_busy_listen_connection_leaves_the_claim_to_a_pooled_one(
@@ -182,7 +184,7 @@ async def test_a_job_run_in_its_claims_task_leaves_the_worker_free_to_claim_the_
     await idle(worker)
     stuck = await enqueue(pool, "slow", {})
     await wait_state(pool, stuck.id, "running")
-    held = worker._held[stuck.id]
+    (held,) = [held for held in worker._held.values() if held.ctx.id == stuck.id]
     assert held.task is not None
     assert not held.task.done()
     assert not worker._claims

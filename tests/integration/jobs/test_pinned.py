@@ -33,6 +33,24 @@ async def test_pinned_connection_plans_generically_by_index_and_gives_the_settin
         await pool.close()
 
 
+LOCK_TIMEOUT = "SELECT current_setting('lock_timeout') AS lock_timeout"
+
+
+async def test_a_claim_session_waits_at_most_its_lock_timeout_and_gives_the_setting_back(
+    database_url: str,
+) -> None:
+    pool = await create_pool(database_url, min_size=1, max_size=1)
+    claims = PinnedConnection(pool, generic_plans=True, lock_timeout_ms=1_500)
+    try:
+        try:
+            assert dict((await claims.fetch(LOCK_TIMEOUT))[0]) == {"lock_timeout": "1500ms"}
+        finally:
+            await claims.close()
+        assert dict(await pool.fetchrow(LOCK_TIMEOUT)) == {"lock_timeout": "0"}
+    finally:
+        await pool.close()
+
+
 # The statements the worker runs on its pinned connections (claims and completions).
 PINNED_STATEMENTS = ("job_claim", "job_claim_queue", "job_claim_batch", "job_complete_many", "job_fail_many")
 
