@@ -35,7 +35,12 @@ def _with_conn(action: Callable[[Any], Awaitable[T]]) -> T:
         finally:
             await conn.close()
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except ValueError as exc:
+        # What the admin API refuses (a bad queue name, a job id out of range): a message, exit 2.
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _echo_json(value: Any) -> None:

@@ -10,14 +10,31 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import asyncpg
+
 from paymanager.db.pool import Conn
 from paymanager.jobs._queries import Q
-from paymanager.jobs.options import PRUNE_BATCH_MAX, Retention
+from paymanager.jobs.options import PRUNE_BATCH_MAX, QUEUE_PATTERN, Retention
 from paymanager.jobs.pruner import prune_queue
 from paymanager.jobs.states import JobState
 
 LIST_LIMIT_MAX = 1_000
 REPLAY_LIMIT_MAX = 100_000
+MAX_DEPTH_MAX = 100_000_000
+JOB_ID_MAX = 2**63 - 1
+# A revival that meets a unique key taken meanwhile (a concurrent enqueue, retry or replay) is run
+# again: the next statement sees the holder and leaves that job dead.
+REVIVE_TRIES = 3
+
+
+def _check_queue(queue: str) -> None:
+    if not QUEUE_PATTERN.match(queue):
+        raise ValueError(f"queue {queue!r} must match {QUEUE_PATTERN.pattern}")
+
+
+def _check_id(job_id: int) -> None:
+    if not 1 <= job_id <= JOB_ID_MAX:
+        raise ValueError(f"job id must be within [1, {JOB_ID_MAX}]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +64,19 @@ async def list_jobs(
 
 async def get_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
     """Every column of a job, the error history included."""
+    _check_id(job_id)
     row = await conn.fetchrow(Q["job_get"], job_id)
     return dict(row) if row is not None else None
 
 
 async def retry_job(conn: Conn, job_id: int) -> bool:
     """Make a dead, cancelled, retryable or scheduled job available now; False if it is not one."""
-    return await conn.fetchrow(Q["job_retry"], job_id) is not None
+    _check_id(job_id)
+    try:
+        return await conn.fetchrow(Q["job_retry"], job_id) is not None
+    except asyncpg.UniqueViolationError:
+        # Its unique key was taken by a job committed while this one waited: it stays as it was.
+        return False
 
 
 async def replay_dead(
@@ -69,12 +92,19 @@ async def replay_dead(
     """Replay every dead job matching all given filters (up to `limit`); returns their ids."""
     if not 1 <= limit <= REPLAY_LIMIT_MAX:
         raise ValueError(f"limit must be within [1, {REPLAY_LIMIT_MAX}]")
-    rows = await conn.fetch(Q["job_replay_dead"], kind, queue, error_contains, since, until, limit)
-    return [int(row["id"]) for row in rows]
+    for attempt in range(1, REVIVE_TRIES + 1):
+        try:
+            rows = await conn.fetch(Q["job_replay_dead"], kind, queue, error_contains, since, until, limit)
+            return [int(row["id"]) for row in rows]
+        except asyncpg.UniqueViolationError:
+            if attempt == REVIVE_TRIES:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def cancel_job(conn: Conn, job_id: int) -> CancelResult | None:
     """Cancel a job that has not started, or ask a running one to stop; None if it is finished."""
+    _check_id(job_id)
     row = await conn.fetchrow(Q["job_cancel"], job_id)
     if row is None:
         return None
@@ -83,15 +113,20 @@ async def cancel_job(conn: Conn, job_id: int) -> CancelResult | None:
 
 async def pause_queue(conn: Conn, queue: str) -> None:
     """Workers claim nothing more from `queue` (running jobs finish) until it is resumed."""
+    _check_queue(queue)
     await conn.fetch(Q["job_queue_set_paused"], queue, True)
 
 
 async def resume_queue(conn: Conn, queue: str) -> None:
+    _check_queue(queue)
     await conn.fetch(Q["job_queue_set_paused"], queue, False)
 
 
 async def set_max_depth(conn: Conn, queue: str, max_depth: int | None) -> None:
     """Enqueue refuses (QueueFullError) once `queue` holds `max_depth` unfinished jobs; None: no limit."""
+    _check_queue(queue)
+    if max_depth is not None and not 1 <= max_depth <= MAX_DEPTH_MAX:
+        raise ValueError(f"max_depth must be within [1, {MAX_DEPTH_MAX}] or None")
     await conn.execute(Q["job_queue_set_max_depth"], queue, max_depth)
 
 

@@ -6,23 +6,21 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+import asyncpg
 import orjson
 
-from paymanager.db.pool import Conn
+from paymanager.db.pool import Conn, Pool
 from paymanager.jobs._queries import Q
 from paymanager.jobs.backoff import Backoff
 from paymanager.jobs.errors import InvalidJobError, PayloadTooLargeError, QueueFullError
-from paymanager.jobs.options import ATTEMPTS_MAX
+from paymanager.jobs.options import ATTEMPTS_MAX, NAME_PATTERN, QUEUE_PATTERN
 from paymanager.jobs.states import JobState
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-QUEUE_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 TIMEOUT_MS_MAX = 86_400_000
@@ -192,7 +190,7 @@ async def enqueue_many(
 
 
 async def enqueue_flow(
-    conn: Conn,
+    conn: Conn | Pool,
     parent: NewJob,
     children: Sequence[NewJob],
     *,
@@ -203,7 +201,8 @@ async def enqueue_flow(
 
     The parent runs once every child completed (`ctx.children_results()` gives their results). A
     dead or cancelled child fails the parent (`on_child_dead="fail"`) or is ignored (`"ignore"`).
-    Run it inside a transaction so the flow is written whole or not at all.
+    The flow is written whole or not at all: in a transaction of its own, a savepoint when `conn`
+    is already in one (a pool: on a connection of its own).
     """
     if not 1 <= len(children) <= FLOW_CHILDREN_MAX:
         raise InvalidJobError(f"a flow needs 1 to {FLOW_CHILDREN_MAX} children, got {len(children)}")
@@ -214,6 +213,18 @@ async def enqueue_flow(
             job.kind, job.queue, job.payload, job.priority, job.max_attempts, job.timeout_ms,
             max_payload_bytes,
         )  # fmt: skip
+    # Whole or not at all: a transaction of its own (a savepoint inside the caller's), so a child
+    # refused half-way (QueueFullError) cannot leave a parent waiting for children never written.
+    if isinstance(conn, asyncpg.Pool):
+        async with conn.acquire() as own, own.transaction():
+            return await _write_flow(own, parent, children, on_child_dead)
+    async with conn.transaction():
+        return await _write_flow(conn, parent, children, on_child_dead)
+
+
+async def _write_flow(
+    conn: Conn, parent: NewJob, children: Sequence[NewJob], on_child_dead: ChildPolicy
+) -> tuple[int, list[int]]:
     parent_result = await _insert_new(
         conn, parent, state=JobState.WAITING_CHILDREN, pending=len(children), on_child_dead=on_child_dead
     )

@@ -288,11 +288,12 @@ WITH expired AS (
        FOR UPDATE SKIP LOCKED
 ), rescued AS (
     UPDATE job
-       SET state = CASE WHEN job.stalled_count >= $2 THEN 'dead'::job_state ELSE 'available'::job_state END,
+       SET state = CASE WHEN job.cancel_requested THEN 'cancelled'::job_state
+                        WHEN job.stalled_count >= $2 THEN 'dead'::job_state ELSE 'available'::job_state END,
            stalled_count = job.stalled_count + 1,
            attempt = greatest(job.attempt - 1, 0),
            run_at = now(),
-           finalized_at = CASE WHEN job.stalled_count >= $2 THEN now() END,
+           finalized_at = CASE WHEN job.cancel_requested OR job.stalled_count >= $2 THEN now() END,
            last_error = jsonb_build_object(
                'error', 'lease of ' || job.lease_owner || ' expired', 'type', 'Stalled',
                'attempt', job.attempt, 'at', now()),
@@ -327,10 +328,14 @@ WITH doomed AS (
     SELECT id FROM job
      WHERE queue = $1 AND state = ANY($2::job_state[]) AND finalized_at < $3
        AND state IN ('completed', 'dead', 'cancelled')
+       AND (parent_id IS NULL OR NOT EXISTS (
+            SELECT 1 FROM job AS p WHERE p.id = job.parent_id
+               AND p.state NOT IN ('completed', 'dead', 'cancelled')))
      LIMIT $4
        FOR UPDATE SKIP LOCKED
 ), deleted AS (
-    DELETE FROM job USING doomed WHERE job.id = doomed.id RETURNING 1
+    DELETE FROM job USING doomed
+     WHERE job.id = doomed.id AND job.state = ANY($2::job_state[]) RETURNING 1
 )
 SELECT count(*) FROM deleted
 
@@ -339,11 +344,15 @@ SELECT count(*) FROM deleted
 WITH doomed AS (
     SELECT id FROM job
      WHERE queue = $1 AND state = ANY($2::job_state[]) AND state IN ('completed', 'dead', 'cancelled')
+       AND (parent_id IS NULL OR NOT EXISTS (
+            SELECT 1 FROM job AS p WHERE p.id = job.parent_id
+               AND p.state NOT IN ('completed', 'dead', 'cancelled')))
      ORDER BY finalized_at DESC
     OFFSET $3
      LIMIT $4
 ), deleted AS (
-    DELETE FROM job USING doomed WHERE job.id = doomed.id RETURNING 1
+    DELETE FROM job USING doomed
+     WHERE job.id = doomed.id AND job.state = ANY($2::job_state[]) RETURNING 1
 )
 SELECT count(*) FROM deleted
 
@@ -369,8 +378,14 @@ SELECT id, queue, kind, state, priority, attempt, max_attempts, run_at, created_
 -- Makes one job available now: a dead, cancelled, retryable or scheduled one. A dead or cancelled
 -- job starts over with fresh attempts; its error history is kept. A finished job whose unique key
 -- an unfinished job holds now (enqueued again since it died) is left as it is: its work is queued.
+-- A flow parent with unfinished children waits for them again (job_replay_dead does the same).
 UPDATE job
-   SET state = 'available', run_at = now(), finalized_at = NULL, cancel_requested = false,
+   SET state = CASE WHEN EXISTS (SELECT 1 FROM job AS c WHERE c.parent_id = job.id
+                                   AND c.state NOT IN ('completed', 'dead', 'cancelled'))
+                    THEN 'waiting_children'::job_state ELSE 'available'::job_state END,
+       pending_children = (SELECT count(*) FROM job AS c WHERE c.parent_id = job.id
+                              AND c.state NOT IN ('completed', 'dead', 'cancelled')),
+       run_at = now(), finalized_at = NULL, cancel_requested = false,
        attempt = CASE WHEN state IN ('dead', 'cancelled') THEN 0 ELSE attempt END,
        stalled_count = CASE WHEN state IN ('dead', 'cancelled') THEN 0 ELSE stalled_count END
  WHERE id = $1 AND state IN ('dead', 'cancelled', 'retryable', 'scheduled')
@@ -405,7 +420,12 @@ WITH candidate AS (
      ORDER BY coalesce(unique_key, id::text), id DESC
 ), replayed AS (
     UPDATE job
-       SET state = 'available', run_at = now(), finalized_at = NULL, attempt = 0, stalled_count = 0,
+       SET state = CASE WHEN EXISTS (SELECT 1 FROM job AS c WHERE c.parent_id = job.id
+                                       AND c.state NOT IN ('completed', 'dead', 'cancelled'))
+                        THEN 'waiting_children'::job_state ELSE 'available'::job_state END,
+           pending_children = (SELECT count(*) FROM job AS c WHERE c.parent_id = job.id
+                                  AND c.state NOT IN ('completed', 'dead', 'cancelled')),
+           run_at = now(), finalized_at = NULL, attempt = 0, stalled_count = 0,
            cancel_requested = false
       FROM chosen WHERE job.id = chosen.id
     RETURNING job.id, job.queue

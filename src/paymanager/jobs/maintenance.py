@@ -87,7 +87,7 @@ class Maintenance:
             try:
                 if self.is_leader or await self._elect():
                     await self._lead()
-            except DB_ERRORS as exc:
+            except Exception as exc:
                 log.warning("job maintenance error; resigning", error=str(exc))
                 await self._resign()
             with contextlib.suppress(TimeoutError):
@@ -130,7 +130,7 @@ class Maintenance:
                     self._next_run[name] = time.monotonic() + interval_ms / 1000
                     try:
                         await duty()
-                    except DB_ERRORS as exc:
+                    except Exception as exc:
                         # One failing duty (a VACUUM cut by statement_timeout, say) must not stop
                         # the others; losing the lock connection is caught by the ping above.
                         log.warning("job maintenance duty failed", duty=name, error=str(exc))

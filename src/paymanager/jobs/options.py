@@ -6,6 +6,7 @@ bound is a named constant (River's way) so a message can say what is allowed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from paymanager.jobs.backoff import DEFAULT_BACKOFF, Exponential, Fixed, Schedule
@@ -18,6 +19,9 @@ ATTEMPTS_MAX = 1_000
 PAYLOAD_BYTES_MAX = 16 * 1024 * 1024
 RESCUE_BATCH_MAX = 10_000
 PRUNE_BATCH_MAX = 100_000
+# Job kinds and queue names (the database's domains job_kind_name and job_queue_name say the same).
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+QUEUE_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
 def _within(name: str, value: float, low: float, high: float) -> None:
@@ -124,6 +128,9 @@ class PeriodicJob:
     cron: str | None = None
 
     def __post_init__(self) -> None:
+        # The names' rules, checked here so a bad schedule stops start-up instead of failing each tick.
+        if not NAME_PATTERN.match(self.kind) or not QUEUE_PATTERN.match(self.queue):
+            raise ValueError(f"periodic job {self.name!r}: kind and queue must be job and queue names")
         if (self.interval_ms is None) == (self.cron is None):
             raise ValueError(f"periodic job {self.name!r} needs exactly one of interval_ms and cron")
         if self.interval_ms is not None:

@@ -14,7 +14,11 @@ from croniter import croniter
 from paymanager.db.pool import Pool
 from paymanager.jobs._queries import Q
 from paymanager.jobs.enqueue import enqueue
+from paymanager.jobs.errors import EnqueueError
 from paymanager.jobs.options import PeriodicJob
+from paymanager.logging import get_logger
+
+log = get_logger("paymanager.jobs.periodic")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -35,17 +39,26 @@ async def enqueue_due(pool: Pool, jobs: tuple[PeriodicJob, ...], now: datetime) 
     created: list[int] = []
     for job in jobs:
         slot = current_slot(job, now)
-        async with pool.acquire() as conn, conn.transaction():
-            if await conn.fetchval(Q["job_periodic_init"], job.name, slot) is not None:
-                continue
-            if await conn.fetchval(Q["job_periodic_claim_slot"], job.name, slot) is None:
-                continue
-            payload = {**job.payload, "slot": slot.isoformat()}
-            # One unfinished run per schedule: while a run waits (its queue has no worker right now) or
-            # runs long, later slots are skipped rather than piled up behind it.
-            result = await enqueue(
-                conn, job.kind, payload, queue=job.queue, unique_key=f"periodic:{job.name}"
-            )
-            if result.created:
-                created.append(result.id)
+        try:
+            job_id = await _enqueue_slot(pool, job, slot)
+        except EnqueueError as exc:
+            # Its queue is full, say: the slot's claim rolled back with it, so the next tick tries
+            # again; the other schedules go on.
+            log.warning("periodic job not enqueued", schedule=job.name, slot=slot.isoformat(), error=str(exc))
+            continue
+        if job_id is not None:
+            created.append(job_id)
     return created
+
+
+async def _enqueue_slot(pool: Pool, job: PeriodicJob, slot: datetime) -> int | None:
+    async with pool.acquire() as conn, conn.transaction():
+        if await conn.fetchval(Q["job_periodic_init"], job.name, slot) is not None:
+            return None
+        if await conn.fetchval(Q["job_periodic_claim_slot"], job.name, slot) is None:
+            return None
+        payload = {**job.payload, "slot": slot.isoformat()}
+        # One unfinished run per schedule: while a run waits (its queue has no worker right now) or
+        # runs long, later slots are skipped rather than piled up behind it.
+        result = await enqueue(conn, job.kind, payload, queue=job.queue, unique_key=f"periodic:{job.name}")
+        return result.id if result.created else None

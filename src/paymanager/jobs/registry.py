@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from paymanager.db.pool import Conn
 from paymanager.jobs.backoff import Backoff, Exponential, Fixed, Schedule
-from paymanager.jobs.enqueue import NAME_PATTERN, QUEUE_PATTERN, EnqueueResult, enqueue
-from paymanager.jobs.options import ATTEMPTS_MAX
+from paymanager.jobs.enqueue import EnqueueResult, enqueue
+from paymanager.jobs.options import ATTEMPTS_MAX, NAME_PATTERN, QUEUE_PATTERN
 
 if TYPE_CHECKING:
     from paymanager.jobs.context import JobContext

@@ -44,3 +44,14 @@ async def test_cli_pauses_resumes_and_cancels(pool: asyncpg.Pool, database_url: 
     assert (code, out.strip()) == (0, f"job {job.id}: cancelled")
     code, _ = await cli(database_url, "cancel", str(job.id))
     assert code == 1
+
+
+async def test_cli_refuses_bad_input_with_a_message_and_exit_code_2(database_url: str) -> None:
+    for args, message in (
+        (("pause", "no such queue!"), "queue 'no such queue!' must match"),
+        (("show", str(2**63)), "job id must be within"),
+    ):
+        code, out = await cli(database_url, *args)
+        assert code == 2, out
+        assert message in out
+        assert "Traceback" not in out
