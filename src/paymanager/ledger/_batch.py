@@ -252,7 +252,8 @@ class BatchState:
             return TR.id_must_not_be_int_max, 0
         existing = self.transfers.get(t.id)
         if existing is not None:
-            return _transfer_exists(t, existing), existing.timestamp
+            pending = self.transfers.get(t.pending_id) if t.flags & _POST_OR_VOID else None
+            return _transfer_exists(t, existing, pending), existing.timestamp
         if t.id in self.failed:
             return TR.id_already_failed, 0
         flags = t.flags
@@ -261,7 +262,9 @@ class BatchState:
         if flags & _POST_OR_VOID:
             if flags & _BALANCING:
                 return TR.flags_are_mutually_exclusive, 0
-            return self._post_or_void(t, timestamp), timestamp
+            outcome = self._post_or_void(t, timestamp)
+            # A failure's timestamp is 0, as for every other failure (types.py).
+            return outcome, (timestamp if outcome is TR.created else 0)
         result = self._check_single_phase(t)
         if result is not None:
             return result, 0
@@ -317,11 +320,10 @@ class BatchState:
                 return TR.overflows_debits_pending, 0
             if cr_cp + amount > limit:
                 return TR.overflows_credits_pending, 0
-        else:
-            if dr_dpo + amount > limit:
-                return TR.overflows_debits_posted, 0
-            if cr_cpo + amount > limit:
-                return TR.overflows_credits_posted, 0
+        if dr_dpo + amount > limit:
+            return TR.overflows_debits_posted, 0
+        if cr_cpo + amount > limit:
+            return TR.overflows_credits_posted, 0
         if dr_dp + dr_dpo + amount > limit:
             return TR.overflows_debits, 0
         if cr_cp + cr_cpo + amount > limit:
@@ -467,11 +469,18 @@ def _apply_chains(
         if chain_start < 0 and linked:
             chain_start = index
             state._journal = []
-        if chain_broken:
+        if linked and index in ends:
+            # TigerBeetle answers chain_open for a linked last event even when the chain already broke.
+            results[index] = (chain_open, 0)
+            if not chain_broken:
+                chain_broken = True
+                state._rollback()
+                for earlier in range(chain_start, index):
+                    results[earlier] = (linked_failed, 0)
+        elif chain_broken:
             results[index] = (linked_failed, 0)
         else:
-            at_end = index in ends
-            code, ts = (chain_open, 0) if linked and at_end else apply_one(index, event)
+            code, ts = apply_one(index, event)
             results[index] = (code, ts)
             if code != created and chain_start >= 0:
                 chain_broken = True
@@ -502,7 +511,7 @@ def _account_exists(a: Account, e: Account) -> CreateAccountResult:
     return AR.exists
 
 
-def _transfer_exists(t: Transfer, e: Transfer) -> CreateTransferResult:
+def _transfer_exists(t: Transfer, e: Transfer, p: Transfer | None = None) -> CreateTransferResult:
     """Compare a repeated id with the stored transfer, in TigerBeetle's order of fields.
 
     Post/void transfers may leave accounts, ledger, code and user data zero (they are taken from the
@@ -520,13 +529,22 @@ def _transfer_exists(t: Transfer, e: Transfer) -> CreateTransferResult:
         return TR.exists_with_different_debit_account_id
     if t.credit_account_id != e.credit_account_id and not (inherits and t.credit_account_id == 0):
         return TR.exists_with_different_credit_account_id
-    if _amount_differs(t, e):
+    # A post/void's zero fields stand for the pending transfer's (TigerBeetle's
+    # post_or_void_pending_transfer_exists): AMOUNT_MAX (post) or 0 (void) means p.amount.
+    base = p if inherits and p is not None and e.pending_id == p.id else None
+    if _amount_differs(t, e, base):
         return TR.exists_with_different_amount
-    if t.user_data_128 != e.user_data_128 and not (inherits and t.user_data_128 == 0):
+    if t.user_data_128 != e.user_data_128 and not (
+        inherits and t.user_data_128 == 0 and (base is None or e.user_data_128 == base.user_data_128)
+    ):
         return TR.exists_with_different_user_data_128
-    if t.user_data_64 != e.user_data_64 and not (inherits and t.user_data_64 == 0):
+    if t.user_data_64 != e.user_data_64 and not (
+        inherits and t.user_data_64 == 0 and (base is None or e.user_data_64 == base.user_data_64)
+    ):
         return TR.exists_with_different_user_data_64
-    if t.user_data_32 != e.user_data_32 and not (inherits and t.user_data_32 == 0):
+    if t.user_data_32 != e.user_data_32 and not (
+        inherits and t.user_data_32 == 0 and (base is None or e.user_data_32 == base.user_data_32)
+    ):
         return TR.exists_with_different_user_data_32
     if t.ledger != e.ledger and not (inherits and t.ledger == 0):
         return TR.exists_with_different_ledger
@@ -535,11 +553,15 @@ def _transfer_exists(t: Transfer, e: Transfer) -> CreateTransferResult:
     return TR.exists
 
 
-def _amount_differs(t: Transfer, e: Transfer) -> bool:
+def _amount_differs(t: Transfer, e: Transfer, p: Transfer | None = None) -> bool:
     if t.flags & _POST:
-        return t.amount != AMOUNT_MAX and t.amount != e.amount
+        if t.amount == AMOUNT_MAX:
+            return p is not None and e.amount != p.amount
+        return t.amount != e.amount
     if t.flags & _VOID:
-        return t.amount != 0 and t.amount != e.amount
+        if t.amount == 0:
+            return p is not None and e.amount != p.amount
+        return t.amount != e.amount
     if t.flags & _BALANCING:
         return t.amount < e.amount
     return t.amount != e.amount

@@ -90,6 +90,8 @@ class Model:
                     chain_results[k] = result
                     break
                 chain_results[k] = result
+            if j == len(batch) - 1 and batch[j].flags & 1:
+                chain_results[-1] = chain_open  # TigerBeetle: checked before the broken chain
             results.extend(chain_results)
             i = j + 1
         return results
