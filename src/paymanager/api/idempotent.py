@@ -16,7 +16,7 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from paymanager.api.auth import UsedSignature, post_signature, replayed_error
+from paymanager.api.auth import UsedSignature, post_signature, remember, replayed_error
 from paymanager.api.errors import domain_error_body, domain_status, error_body
 from paymanager.application import events, idempotency
 from paymanager.application.context import Payments
@@ -49,14 +49,21 @@ class _Refused(Exception):
 
 async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) -> Response:
     payments: Payments = request.app.state.payments
-    key = idempotency.check_key(request.headers.get("Idempotency-Key"))
+    used = post_signature(request)
+    try:
+        key = idempotency.check_key(request.headers.get("Idempotency-Key"))
+    except DomainError:
+        # The signature does not cover the key: spend it anyway, or the same signed request could be
+        # sent again with a key added and run.
+        async with payments.pool.acquire() as conn:
+            await remember(conn, used)
+        raise
     body = await request.body()
     path = request.url.path
     wanted = idempotency.KeyClaim(
         caller.id, key, request.method, path, idempotency.request_hash(request.method, path, body),
         payments.clock(), payments.settings.idempotency_key_ttl_sec,
     )  # fmt: skip
-    used = post_signature(request)
     guarded = False
     conflicts = 0
     while True:

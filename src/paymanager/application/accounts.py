@@ -82,11 +82,20 @@ async def balance(payments: Payments, caller: ServiceIdentity, account_id: uuid.
 async def history(
     payments: Payments, caller: ServiceIdentity, account_id: uuid.UUID, cursor: uuid.UUID | None, limit: int
 ) -> tuple[list[Any], bool]:
-    """Intents that moved money of the account, newest first; and whether more follow."""
+    """Intents that moved money of the account, newest first; and whether more follow.
+
+    An intent another service created (a payment into this account) shows its amounts, parties and
+    status, but not that service's own description and metadata, as `GET /intents/{id}` shows it
+    nothing at all."""
     async with payments.pool.acquire() as conn:
         await get_account(conn, caller, account_id)
         rows = await conn.fetch(QI["intent_history"], account_id, cursor, limit + 1)
-    return list(rows[:limit]), len(rows) > limit
+    hidden: dict[str, Any] = {"description": None, "metadata": {}}
+    shown = [
+        row if caller.is_admin or row["service_id"] == caller.id else {**row, **hidden}
+        for row in rows[:limit]
+    ]
+    return shown, len(rows) > limit
 
 
 async def seed_system_accounts(payments: Payments) -> None:

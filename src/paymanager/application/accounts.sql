@@ -11,8 +11,10 @@ SELECT * FROM account WHERE id = $1;
 SELECT * FROM account WHERE id = ANY($1::uuid[]);
 
 -- name: account_lock
--- Serialises the daily-volume check of one payer account.
-SELECT id FROM account WHERE id = $1 FOR UPDATE;
+-- Serialises the daily-volume check of one payer account. FOR NO KEY UPDATE, not FOR UPDATE: an
+-- intent's insert takes FOR KEY SHARE on its payee's row (the foreign key), which FOR UPDATE blocks,
+-- so A -> B and B -> A created at once deadlocked (a 500 for one of them).
+SELECT id FROM account WHERE id = $1 FOR NO KEY UPDATE;
 
 -- name: account_insert_system
 INSERT INTO account (id, kind, currency, name, created_at)

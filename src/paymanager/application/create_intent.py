@@ -114,14 +114,16 @@ async def create_intent(
     )
     assert payer is not None
     assert payee is not None
-    # The initiating side must be the caller's own account: a merchant invoices from its account,
-    # every other channel spends from the payer's (system payers are guarded by scope instead).
-    initiator = payee if channel.expires else payer
-    if initiator.kind is not AccountKind.SYSTEM and not (
-        caller.is_admin or initiator.owner_service_id == caller.id
-    ):
-        side = "payee" if channel.expires else "payer"
-        raise NotFoundError(f"no such {side} account", {f"{side}_account_id": str(initiator.id)})
+    # The initiating side must be the caller's own account: every channel spends from the payer's
+    # (system payers are guarded by scope instead). An invoice is the merchant's (the payee), and the
+    # service that creates it confirms it too, so its payer must be the caller's as well: a service
+    # must not be able to invoice, and so debit, another service's user.
+    owned = (("payee", payee), ("payer", payer)) if channel.expires else (("payer", payer),)
+    for side, party in owned:
+        if party.kind is not AccountKind.SYSTEM and not (
+            caller.is_admin or party.owner_service_id == caller.id
+        ):
+            raise NotFoundError(f"no such {side} account", {f"{side}_account_id": str(party.id)})
     now = payments.clock()
     await policies.enforce_matching(conn, matching, channel.name.value, payer.id, q.amount, now)
     expires_at = None
