@@ -24,6 +24,19 @@ def holds(worker: Any, job_id: int) -> list[Any]:
     return [held for held in worker._held.values() if held.ctx.id == job_id]
 
 
+async def idle_worker_with_a_slow_kind(start_worker: StartWorker) -> Any:
+    """An idle worker (4 slots, claims from NOTIFYs only) whose kind "slow" runs for 30 s."""
+    registry = Registry()
+
+    @registry.handler("slow")
+    async def slow(ctx: JobContext) -> None:
+        await asyncio.sleep(30)
+
+    worker = await start_worker(registry, {"default": 4}, QUIET)
+    await idle(worker)
+    return worker
+
+
 async def rescue_as_if_later(pool: asyncpg.Pool, database_url: str) -> None:
     """The rescuer, as if an hour passed with no heartbeat (a frozen worker, a database blip)."""
     later = datetime.now(UTC) + timedelta(hours=1)
@@ -209,14 +222,7 @@ async def test_stop_gives_back_a_job_run_in_its_claims_task(
 ) -> None:
     # Pins: the claim's own task running its first job is waited for, cancelled past the timeout
     # and its job released.
-    registry = Registry()
-
-    @registry.handler("slow")
-    async def slow(ctx: JobContext) -> None:
-        await asyncio.sleep(30)
-
-    worker = await start_worker(registry, {"default": 4}, QUIET)
-    await idle(worker)
+    worker = await idle_worker_with_a_slow_kind(start_worker)
     job = await enqueue(pool, "slow", {})
     await wait_state(pool, job.id, "running")
     (held,) = holds(worker, job.id)
@@ -234,14 +240,7 @@ async def test_stop_during_a_claim_starts_every_job_in_its_own_task_and_gives_th
 ) -> None:
     # Pins: a claim that comes back after stop began runs no job inline; stop waits for it, then
     # gives back every job it got.
-    registry = Registry()
-
-    @registry.handler("slow")
-    async def slow(ctx: JobContext) -> None:
-        await asyncio.sleep(30)
-
-    worker = await start_worker(registry, {"default": 4}, QUIET)
-    await idle(worker)
+    worker = await idle_worker_with_a_slow_kind(start_worker)
     conn = worker.listener
     fetch = conn.fetch
     entered = asyncio.Event()
