@@ -39,8 +39,12 @@ class IntentEventHub:
 
     async def _connect(self) -> None:
         conn = await connect(self._dsn, application_name="paymanager:intent-events")
-        await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
-        conn.add_termination_listener(self._on_terminated)
+        try:
+            await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
+            conn.add_termination_listener(self._on_terminated)
+        except BaseException:
+            conn.terminate()
+            raise
         self._conn = conn
 
     def _on_terminated(self, _: Any) -> None:
@@ -55,7 +59,7 @@ class IntentEventHub:
                 await self._connect()
                 log.info("intent events LISTEN connection re-established")
                 return
-            except (OSError, asyncpg.PostgresError) as exc:
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("intent events reconnect failed", error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_DELAY_MAX_S)

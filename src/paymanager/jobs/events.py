@@ -28,6 +28,9 @@ EVENT_NAMES = frozenset(
 REDIS_CHANNEL = "pm:job_events"
 # Each event is about 80 bytes of JSON; 60 keep a message well under NOTIFY's 8000-byte limit.
 EVENTS_PER_MESSAGE = 60
+# PostgreSQL refuses a NOTIFY payload of 8000 bytes or more: a message is cut by size as well (60
+# events with errors of 300 characters were 22 kB, and a whole flush of failures was lost).
+NOTIFY_BYTES_MAX = 7_900
 ERROR_CHARS_MAX = 300
 SUBSCRIBER_BUFFER_MAX = 10_000
 
@@ -123,17 +126,34 @@ class EventPublisher:
                 await self.publish(redis_only, notify=False)
         if not notify and self._redis is None:
             return
-        for start in range(0, len(events), EVENTS_PER_MESSAGE):
-            message = orjson.dumps([e.to_json() for e in events[start : start + EVENTS_PER_MESSAGE]]).decode()
-            try:
-                if notify:
+        for message in _messages(events):
+            if notify:
+                try:
                     await self._pool.execute(Q["job_events_publish"], CHANNEL_EVENTS, message)
-                if self._redis is not None:
+                except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+                    log.warning("job events not published", error=str(exc), count=len(events))
+            if self._redis is not None:
+                try:
                     await self._redis.publish(REDIS_CHANNEL, message)
-            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
-                log.warning("job events not published", error=str(exc), count=len(events))
-            except Exception as exc:  # a Redis error must not break the worker either
-                log.warning("job events not published to redis", error=repr(exc))
+                except Exception as exc:  # a Redis error must not break the worker either
+                    log.warning("job events not published to redis", error=repr(exc))
+
+
+def _messages(events: Sequence[JobEvent]) -> list[str]:
+    """JSON arrays of at most EVENTS_PER_MESSAGE events and NOTIFY_BYTES_MAX bytes each."""
+    messages: list[str] = []
+    chunk: list[bytes] = []
+    size = 2
+    for event in events:
+        item = orjson.dumps(event.to_json())
+        if chunk and (len(chunk) == EVENTS_PER_MESSAGE or size + len(item) + 1 > NOTIFY_BYTES_MAX):
+            messages.append((b"[" + b",".join(chunk) + b"]").decode())
+            chunk, size = [], 2
+        chunk.append(item)
+        size += len(item) + 1
+    if chunk:
+        messages.append((b"[" + b",".join(chunk) + b"]").decode())
+    return messages
 
 
 def _decode(message: str | bytes) -> list[JobEvent]:
