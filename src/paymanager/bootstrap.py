@@ -182,7 +182,9 @@ async def job_services(runtime: Runtime) -> list[Service]:
                           max_attempts=3)  # fmt: skip
         queues[INVOICE_QUEUE] = 1
     worker = Worker(runtime.pool, runtime.database_url, registry, queues, worker_options(runtime))
-    services: list[Service] = [worker, maintenance(runtime)]
+    # Services stop in reverse order: the worker (stop claiming, finish or give back its jobs)
+    # before the maintenance, whose duty in progress is not work that has to finish.
+    services: list[Service] = [maintenance(runtime), worker]
     runtime.registry[JOB_SERVICES] = services
     return services
 

@@ -33,6 +33,9 @@ from paymanager.roles import Role, describe
 
 log = get_logger("paymanager.runtime")
 
+# How long past its share of SHUTDOWN_TIMEOUT_MS a service's stop may run before it is abandoned.
+STOP_GRACE_S = 2.0
+
 
 class Service(Protocol):
     """Something a role runs in the background: a worker, a sweep, the heartbeat."""
@@ -277,6 +280,11 @@ class Runtime:
         """Stop listening, let running work finish within the timeout, release the rest, close."""
         timeout_s = self.settings.shutdown_timeout_ms / 1000
         deadline = time.monotonic() + timeout_s
+        # First of all, nothing takes new work (workers stop claiming), while HTTP drains.
+        for service in self.services:
+            stop_taking_work = getattr(service, "stop_taking_work", None)
+            if stop_taking_work is not None:
+                stop_taking_work()
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):
@@ -285,7 +293,8 @@ class Runtime:
         for service in reversed(self.services):
             remaining = max(0.1, deadline - time.monotonic())
             try:
-                await service.stop(remaining)
+                # Bounded here too: a service stuck past its own timeout must not hold the process.
+                await asyncio.wait_for(service.stop(remaining), timeout=remaining + STOP_GRACE_S)
             except Exception as exc:  # one broken service must not keep the others from stopping
                 log.error("service did not stop cleanly", service=service.name, error=repr(exc))
         self.services.clear()

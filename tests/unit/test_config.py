@@ -77,7 +77,8 @@ def test_pool_bounds_relation_is_checked() -> None:
 
 
 def test_public_view_masks_secrets() -> None:
-    settings = make(DATABASE_URL="postgresql://user:hunter2@db/pm", PSP_CONFIG_KEK="c2VjcmV0")
+    kek = "a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s="  # base64 of 32 bytes
+    settings = make(DATABASE_URL="postgresql://user:hunter2@db/pm", PSP_CONFIG_KEK=kek)
     view = settings.public_view()
     assert view["DATABASE_URL"] == "********"
     assert view["PSP_CONFIG_KEK"] == "********"

@@ -1,9 +1,10 @@
 -- name: intent_confirmed_lock_many
--- Locks those of intents $1 that are still confirmed, in id order (as every batch of the reconciler
--- does, so two reconcilers wait for each other instead of deadlocking). A settlement, a cancel or a
--- deadline failure of one of them either committed before (it is not returned) or waits for us.
+-- Locks those of intents $1 that are still confirmed, in id order. A settlement, a cancel or a
+-- deadline failure of one of them either committed before (it is not returned) or waits for us; one
+-- that holds an intent now (or another process's reconciler) is handling it: skipped, so a process
+-- starting up never waits on a peer's transaction.
 SELECT id
   FROM intent
  WHERE id = ANY ($1::uuid[]) AND status = 'confirmed'
  ORDER BY id
-   FOR UPDATE;
+   FOR UPDATE SKIP LOCKED;

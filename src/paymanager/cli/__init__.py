@@ -170,4 +170,18 @@ _register_groups()
 
 
 def main() -> None:  # pragma: no cover - console entry point
-    sys.exit(app())
+    """Run the CLI; what a command could not do is a message and an exit code, never a traceback:
+    2 for input refused (by our checks or the schema's), 1 for a database missing or unmigrated."""
+    import asyncpg
+
+    try:
+        sys.exit(app())
+    except (ValueError, asyncpg.CheckViolationError, asyncpg.DataError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except asyncpg.UndefinedTableError:
+        typer.echo("error: the database has no paymanager schema; run `paymanager migrate`", err=True)
+        sys.exit(1)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        typer.echo(f"error: cannot use the database: {exc}", err=True)
+        sys.exit(1)

@@ -260,13 +260,19 @@ UPDATE job
 RETURNING job.id, job.lease_token, job.cancel_requested
 
 -- name: job_release_many
--- Gives jobs back at shutdown: available at once, the attempt not spent.
-WITH released AS (
+-- Gives jobs back at shutdown: available at once, the attempt not spent. A job whose row is locked
+-- (a shared settlement transaction still open on it) is skipped, not waited for: the shutdown must
+-- keep to its timeout, and the rescuer returns that job when its lease expires.
+WITH free AS (
+    SELECT j.id FROM job j
+     WHERE j.id = ANY ($1::bigint[]) AND j.state = 'running'
+       FOR UPDATE SKIP LOCKED
+), released AS (
     UPDATE job
        SET state = 'available', run_at = now(), attempt = greatest(job.attempt - 1, 0),
            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
       FROM unnest($1::bigint[], $2::uuid[]) AS r(id, token)
-     WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
+     WHERE job.id = ANY (ARRAY(SELECT free.id FROM free)) AND job.id = r.id AND job.lease_token = r.token
        AND job.state = 'running'
     RETURNING job.id, job.queue
 )

@@ -27,6 +27,9 @@ from paymanager.jobs.pruner import prune_queue
 from paymanager.jobs.rescuer import rescue_expired
 from paymanager.logging import get_logger
 
+# The longest a stop waits for the duty in progress before cancelling it.
+STOP_WAIT_MAX_S = 1.0
+
 log = get_logger("paymanager.jobs.maintenance")
 
 # Any fixed 64-bit number works; this one spells "pm-jobs!" and is used by nothing else.
@@ -73,7 +76,8 @@ class Maintenance:
         self._stopping.set()
         if self._task is not None:
             try:
-                await asyncio.wait_for(self._task, timeout=max(0.1, timeout_s))
+                # A duty in progress (a VACUUM, a prune) is cut after a second: it runs again later.
+                await asyncio.wait_for(self._task, timeout=max(0.1, min(timeout_s, STOP_WAIT_MAX_S)))
             except (TimeoutError, asyncio.CancelledError):
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -147,10 +147,14 @@ class Worker:
         ]
         log.info("job worker started", queues=self._limits, owner=self._options.owner)
 
-    async def stop(self, timeout_s: float) -> None:
-        """Stop claiming; let running jobs finish within `timeout_s`; give the rest back at once."""
+    def stop_taking_work(self) -> None:
+        """Claim nothing more (the first step of a process's shutdown; `stop` does the rest)."""
         self._stopping = True
         self._wake.set()
+
+    async def stop(self, timeout_s: float) -> None:
+        """Stop claiming; let running jobs finish within `timeout_s`; give the rest back at once."""
+        self.stop_taking_work()
         if self._cooldown_timer is not None:
             self._cooldown_timer.cancel()
             self._cooldown_timer = None
