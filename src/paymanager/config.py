@@ -83,7 +83,9 @@ class Settings(BaseSettings):
         default=".paymanager/pg", description="Data directory of the embedded PostgreSQL."
     )
     db_pool_min_size: int = Field(default=2, ge=0, le=100, description="Connections kept open per process.")
-    db_pool_max_size: int = Field(default=10, ge=1, le=200, description="Most connections per process.")
+    db_pool_max_size: int = Field(
+        default=10, ge=1, le=200, description="Most connections per process (at least 4 with a job role)."
+    )
     db_statement_timeout_ms: int = Field(
         default=30_000, ge=0, le=3_600_000, description="statement_timeout of every pooled connection."
     )
