@@ -336,12 +336,15 @@ class Settings(BaseSettings):
                 f"DB_POOL_MAX_SIZE ({self.db_pool_max_size}) must be at least {JOB_WORKER_POOL_MIN} for the "
                 "job roles (outbox-worker, invoice-expiry): the worker pins 3 connections"
             )
-        for name, kek in (
-            ("PSP_CONFIG_KEK", self.psp_config_kek),
-            ("PSP_CONFIG_KEK_PREVIOUS", self.psp_config_kek_previous),
+        if self.psp_config_kek is not None and (
+            error := _kek_problem(self.psp_config_kek.get_secret_value())
         ):
-            if kek is not None and (error := _kek_problem(kek.get_secret_value())):
-                problems.append(f"{name} {error}")
+            problems.append(f"PSP_CONFIG_KEK {error}")
+        # A comma-separated list of earlier keys (secret_box.SecretBox.from_config splits it so).
+        previous = self.psp_config_kek_previous.get_secret_value() if self.psp_config_kek_previous else ""
+        for item in (key for key in previous.split(",") if key.strip()):
+            if error := _kek_problem(item):
+                problems.append(f"PSP_CONFIG_KEK_PREVIOUS {error}")
         if problems:
             raise ValueError("; ".join(problems))
         return self

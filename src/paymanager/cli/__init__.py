@@ -179,6 +179,8 @@ def main() -> None:  # pragma: no cover - console entry point
     except (ValueError, asyncpg.CheckViolationError, asyncpg.DataError) as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except BrokenPipeError:
+        sys.exit(1)  # the output's reader went away (`| head`): nothing to say
     except asyncpg.UndefinedTableError:
         typer.echo("error: the database has no paymanager schema; run `paymanager migrate`", err=True)
         sys.exit(1)

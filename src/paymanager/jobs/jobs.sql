@@ -425,9 +425,12 @@ WITH candidate AS (
       FROM candidate
      ORDER BY coalesce(unique_key, id::text), id DESC
 ), replayed AS (
+    -- A parent waits for its unfinished children, and for children replayed with it (which the
+    -- job_child_revived trigger counts in as the statement ends; pending_children counts the others).
     UPDATE job
        SET state = CASE WHEN EXISTS (SELECT 1 FROM job AS c WHERE c.parent_id = job.id
-                                       AND c.state NOT IN ('completed', 'dead', 'cancelled'))
+                                       AND (c.state NOT IN ('completed', 'dead', 'cancelled')
+                                            OR c.id IN (SELECT chosen.id FROM chosen)))
                         THEN 'waiting_children'::job_state ELSE 'available'::job_state END,
            pending_children = (SELECT count(*) FROM job AS c WHERE c.parent_id = job.id
                                   AND c.state NOT IN ('completed', 'dead', 'cancelled')),

@@ -40,6 +40,9 @@ PENDING_OUTCOMES_MAX = 5_000
 # fires up to this late.
 WATCHDOG_INTERVAL_S = 0.1
 CLAIM_RETRY_DELAY_S = 0.5
+# How long a stop keeps trying to give back a job whose row another transaction holds, and how often.
+RELEASE_WAIT_S = 1.0
+RELEASE_RETRY_S = 0.1
 DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 
@@ -173,6 +176,12 @@ class Worker:
         if unfinished:
             await asyncio.wait([h.task for h in unfinished if h.task is not None], timeout=1)
         await self._completer.drain()
+        # The heartbeat stops before the release: its UPDATE of a held row would make the release
+        # (which skips locked rows) leave that job running under a lease just extended.
+        heartbeat = self._tasks[1] if len(self._tasks) > 1 else None
+        if heartbeat is not None:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
         # What is still held now has no outcome to write (drain wrote them all): the jobs cut off
         # above, and any whose task ended without one. Give every one back.
         await self._release([h.ctx for h in self._held.values()])
@@ -557,14 +566,28 @@ class Worker:
                 h.ctx.cancelled.set()
 
     async def _release(self, contexts: list[JobContext]) -> None:
-        if not contexts:
-            return
-        try:
-            await self._pool.fetch(
-                Q["job_release_many"], [c.id for c in contexts], [c.lease_token for c in contexts]
-            )
-        except DB_ERRORS as exc:
-            # The leases will expire and the rescuer returns the jobs; nothing is lost, only delayed.
-            log.error("releasing job leases failed", error=str(exc), count=len(contexts))
+        """Give the jobs back (available, the attempt not spent). The statement skips rows another
+        transaction holds: a short holder (an admin query) is waited for by trying again for up to
+        RELEASE_WAIT_S; a long one (a shared settlement transaction still open) is not, and its job
+        is the rescuer's when its lease expires."""
+        remaining = list(contexts)
+        waited = 0.0
+        while remaining:
+            try:
+                rows = await self._pool.fetch(
+                    Q["job_release_many"], [c.id for c in remaining], [c.lease_token for c in remaining]
+                )
+            except DB_ERRORS as exc:
+                # The leases will expire and the rescuer returns the jobs; nothing is lost, only delayed.
+                log.error("releasing job leases failed", error=str(exc), count=len(remaining))
+                break
+            released = {row["id"] for row in rows}
+            remaining = [c for c in remaining if c.id not in released]
+            if not remaining or waited >= RELEASE_WAIT_S:
+                break
+            await asyncio.sleep(RELEASE_RETRY_S)
+            waited += RELEASE_RETRY_S
+        if remaining:
+            log.warning("job leases left to expire", count=len(remaining), ids=[c.id for c in remaining][:20])
         for ctx in contexts:
             self._held.pop(ctx.lease_token, None)
