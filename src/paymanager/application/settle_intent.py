@@ -107,20 +107,21 @@ async def settle_many(
     now = payments.clock()
     outcomes: list[Outcome] = [None] * len(intent_ids)
     plans: list[tuple[int, _Plan]] = []
-    seen: set[uuid.UUID] = set()
+    seen: dict[uuid.UUID, int] = {}
+    duplicates: list[tuple[int, int]] = []
     for index, intent_id in enumerate(intent_ids):
         row = rows.get(intent_id)
         if row is None:
             outcomes[index] = PermanentError(f"intent {intent_id} does not exist")
-        elif row["status"] == IntentStatus.CONFIRMED and intent_id not in seen:
-            seen.add(intent_id)  # a second job of one intent in the group finds it finished
+        elif row["status"] == IntentStatus.CONFIRMED and intent_id in seen:
+            duplicates.append((index, seen[intent_id]))  # shares the first job's fate (below)
+        elif row["status"] == IntentStatus.CONFIRMED:
+            seen[intent_id] = index
             try:
                 plans.append((index, _plan(payments, row, now)))
             except DomainError as exc:  # an unknown channel or a refused transition: this intent's
                 outcomes[index] = exc
-    resolved = await ledger_ops.resolve_many(
-        payments.ledger, conn, [(plan.row, plan.target is IntentStatus.SETTLED) for _, plan in plans]
-    )
+    resolved = await _resolve_without_refused(payments, conn, plans)
     finished: list[tuple[int, _Plan]] = []
     for (index, plan), posted in zip(plans, resolved, strict=True):
         if isinstance(posted, Exception):
@@ -134,7 +135,38 @@ async def settle_many(
     announced = await _finish_many(conn, [plan for _, plan in finished], now, settled_by)
     for (index, _), event in zip(finished, announced, strict=True):
         outcomes[index] = event
+    for index, first in duplicates:  # finished by the first job, or refused with it: never "done" alone
+        outcomes[index] = outcomes[first] if isinstance(outcomes[first], Exception) else None
     return outcomes
+
+
+async def _resolve_without_refused(
+    payments: Payments, conn: Conn, plans: list[tuple[int, _Plan]]
+) -> list[bool | Exception]:
+    """resolve_many in a savepoint; when some chains are refused, the ledger's writes for them (the
+    burned ids of transient refusals) are rolled back and the batch runs again without them, so a
+    refused intent leaves nothing in the committed transaction."""
+    resolved: list[bool | Exception] = [False] * len(plans)
+    todo = list(range(len(plans)))
+    while todo:
+        savepoint = conn.transaction()
+        await savepoint.start()
+        results = await ledger_ops.resolve_many(
+            payments.ledger, conn,
+            [(plans[k][1].row, plans[k][1].target is IntentStatus.SETTLED) for k in todo],
+        )  # fmt: skip
+        refused = [k for k, r in zip(todo, results, strict=True) if isinstance(r, Exception)]
+        if not refused:
+            await savepoint.commit()
+            for k, r in zip(todo, results, strict=True):
+                resolved[k] = r
+            break
+        await savepoint.rollback()
+        for k, r in zip(todo, results, strict=True):
+            if isinstance(r, Exception):
+                resolved[k] = r
+        todo = [k for k in todo if k not in refused]
+    return resolved
 
 
 def _plan(payments: Payments, row: Any, now: datetime) -> _Plan:

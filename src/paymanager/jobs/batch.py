@@ -71,10 +71,11 @@ async def hold_leases(conn: Conn, ctxs: Sequence[JobContext]) -> list[JobContext
     if not ctxs:
         return []
     rows = await conn.fetch(Q["job_hold_leases_many"], [c.id for c in ctxs], [c.lease_token for c in ctxs])
-    ids = {row["id"] for row in rows}
+    # By (id, token): a worker may hold two attempts of one job, the first one's lease lost.
+    pairs = {(row["id"], row["lease_token"]) for row in rows}
     held = []
     for ctx in ctxs:
-        if ctx.id in ids:
+        if (ctx.id, ctx.lease_token) in pairs:
             held.append(ctx)
         else:
             ctx.lease_lost.set()
@@ -205,20 +206,20 @@ class SharedTransactions(Generic[W, R]):
         raise AssertionError("unreachable")
 
     async def _attempt(self, group: list[_Request[W, R]]) -> list[R | Exception]:
-        outcomes: dict[int, R | Exception] = {}
+        outcomes: dict[int, R | Exception] = {}  # by request identity, not job id
         async with self._pool.acquire() as conn, conn.transaction():
             held = await hold_leases(conn, [request.ctx for request in group])
-            held_ids = {ctx.id for ctx in held}
-            todo = [request for request in group if request.ctx.id in held_ids]
+            held_ids = {id(ctx) for ctx in held}
+            todo = [request for request in group if id(request.ctx) in held_ids]
             results = await self._work(conn, [(request.ctx, request.item) for request in todo])
             assert len(results) == len(todo), "the work returns one outcome per job"
             succeeded = []
             for request, result in zip(todo, results, strict=True):
-                outcomes[request.ctx.id] = result
+                outcomes[id(request)] = result
                 if not isinstance(result, Exception):
                     succeeded.append(request.ctx)
             await complete_all_in(conn, succeeded)
-        return [outcomes.get(request.ctx.id, LeaseLostError(request.ctx.id)) for request in group]
+        return [outcomes.get(id(request), LeaseLostError(request.ctx.id)) for request in group]
 
 
 def _set_exception(request: _Request[Any, Any], exc: BaseException) -> None:

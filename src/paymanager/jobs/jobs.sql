@@ -542,7 +542,7 @@ VACUUM (ANALYZE) job
 -- returned cannot lose its lease before the caller's transaction ends (the rescuer skips locked rows;
 -- a heartbeat or a cancel waits). A job missing lost its lease. Only a running job holds a lease token
 -- (CHECK job_lease_iff_running), so `state` is left out, as job_claim_batch explains.
-SELECT job.id
+SELECT job.id, job.lease_token
   FROM job
   JOIN unnest($1::bigint[], $2::uuid[]) AS r(id, token) ON job.id = r.id
  WHERE job.id = ANY ($1::bigint[]) AND job.lease_token = r.token
