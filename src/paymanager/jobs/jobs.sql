@@ -275,8 +275,14 @@ WITH free AS (
      WHERE job.id = ANY (ARRAY(SELECT free.id FROM free)) AND job.id = r.id AND job.lease_token = r.token
        AND job.state = 'running'
     RETURNING job.id, job.queue
+), skipped AS (
+    -- Still held under the token but locked by another transaction: worth another try.
+    SELECT j.id FROM job AS j JOIN unnest($1::bigint[], $2::uuid[]) AS r(id, token) ON j.id = r.id
+     WHERE j.lease_token = r.token AND j.state = 'running' AND j.id <> ALL (ARRAY(SELECT free.id FROM free))
 )
-SELECT r.id, r.queue, pg_notify('pm_job_available', r.queue) FROM released AS r
+SELECT r.id, true AS released, pg_notify('pm_job_available', r.queue) FROM released AS r
+UNION ALL
+SELECT s.id, false, NULL FROM skipped AS s
 
 -- name: job_progress_set
 UPDATE job SET progress = $3

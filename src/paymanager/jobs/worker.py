@@ -581,8 +581,10 @@ class Worker:
                 # The leases will expire and the rescuer returns the jobs; nothing is lost, only delayed.
                 log.error("releasing job leases failed", error=str(exc), count=len(remaining))
                 break
-            released = {row["id"] for row in rows}
-            remaining = [c for c in remaining if c.id not in released]
+            # Only the rows skipped as locked are worth another try: a lease gone (rescued, claimed
+            # again elsewhere) can never be released by this worker.
+            locked = {row["id"] for row in rows if not row["released"]}
+            remaining = [c for c in remaining if c.id in locked]
             if not remaining or waited >= RELEASE_WAIT_S:
                 break
             await asyncio.sleep(RELEASE_RETRY_S)
