@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from paymanager.jobs import Registry, Worker, WorkerOptions
+from paymanager.jobs import EnqueueResult, JobContext, Registry, Worker, WorkerOptions, enqueue
 
 # Short leases and intervals keep crash-like tests quick; they are correctness bounds, not timings.
 FAST = WorkerOptions(owner="test", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=200)
@@ -55,3 +55,19 @@ async def wait_state(pool: asyncpg.Pool, job_id: int, state: str, timeout_s: flo
         return await job_state(pool, job_id) == state
 
     await wait_until(reached, timeout_s)
+
+
+async def start_a_slow_job(pool: asyncpg.Pool, start_worker: StartWorker) -> tuple[Worker, EnqueueResult]:
+    """A worker (2 slots, the FAST options) running one job of kind "slow", which sleeps for 30 s."""
+    started = asyncio.Event()
+    registry = Registry()
+
+    @registry.handler("slow")
+    async def slow(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    worker = await start_worker(registry, {"default": 2}, FAST)
+    job = await enqueue(pool, "slow", {}, queue="default")
+    await asyncio.wait_for(started.wait(), 10)
+    return worker, job

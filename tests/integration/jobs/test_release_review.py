@@ -4,28 +4,16 @@ before its fix)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 import asyncpg
 
-from paymanager.jobs import JobContext, Registry, enqueue
-from tests.integration.jobs.conftest import FAST, StartWorker, job_state
+from tests.integration.jobs.conftest import StartWorker, job_state, start_a_slow_job
 
 
 async def _held_job_whose_lease_moved_on(pool: asyncpg.Pool, start_worker: StartWorker, how: str) -> Any:
-    started = asyncio.Event()
-    registry = Registry()
-
-    @registry.handler("slow")
-    async def slow(ctx: JobContext) -> None:
-        started.set()
-        await asyncio.sleep(30)
-
-    worker = await start_worker(registry, {"default": 2}, FAST)
-    job = await enqueue(pool, "slow", {}, queue="default")
-    await asyncio.wait_for(started.wait(), 10)
+    worker, job = await start_a_slow_job(pool, start_worker)
     if how == "reclaimed":  # rescued and claimed by another worker: running under another token
         await pool.execute(
             "UPDATE job SET lease_token = gen_random_uuid(), lease_owner = 'other' WHERE id = $1", job.id

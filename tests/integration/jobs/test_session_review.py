@@ -13,10 +13,10 @@ import pytest
 
 from paymanager.adapters.secret_box import SecretBox
 from paymanager.config import Settings
-from paymanager.jobs import JobContext, NewJob, Registry, admin, enqueue
+from paymanager.jobs import NewJob, admin
 from paymanager.jobs._queries import Q
 from paymanager.jobs.enqueue import enqueue_flow
-from tests.integration.jobs.conftest import FAST, StartWorker, job_state
+from tests.integration.jobs.conftest import StartWorker, job_state, start_a_slow_job
 
 # --- 1. config: a comma-separated PSP_CONFIG_KEK_PREVIOUS (as documented) is refused ---------------
 
@@ -44,17 +44,7 @@ async def test_stop_gives_back_a_job_whose_row_a_heartbeat_holds_for_a_moment(
     an admin query; simulated here for 0.5 s) made the release skip the job: it stayed `running`
     under its lease, was rescued only when that expired, and the rescue counted a stall. Now the
     heartbeat stops before the release and the release tries again for up to a second."""
-    started = asyncio.Event()
-    registry = Registry()
-
-    @registry.handler("slow")
-    async def slow(ctx: JobContext) -> None:
-        started.set()
-        await asyncio.sleep(30)
-
-    worker = await start_worker(registry, {"default": 2}, FAST)
-    job = await enqueue(pool, "slow", {}, queue="default")
-    await asyncio.wait_for(started.wait(), 10)
+    worker, job = await start_a_slow_job(pool, start_worker)
     async with pool.acquire() as hb:
         tx = hb.transaction()
         await tx.start()
