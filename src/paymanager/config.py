@@ -7,8 +7,6 @@ README table are generated from this class by `paymanager config --markdown`, so
 
 from __future__ import annotations
 
-import base64
-import binascii
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
@@ -23,16 +21,6 @@ LedgerBackend = Literal["postgres", "tigerbeetle"]
 
 # The job worker pins claim_pipeline (2) + 1 connections and needs one more for its other statements.
 JOB_WORKER_POOL_MIN = 4
-KEK_BYTES = 32
-
-
-def _kek_problem(text: str) -> str | None:
-    """Why a key-encryption key is unusable (the same rule as adapters/secret_box.parse_kek), or None."""
-    try:
-        key = base64.b64decode(text.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        return f"must be base64 of {KEK_BYTES} bytes"
-    return None if len(key) == KEK_BYTES else f"must decode to {KEK_BYTES} bytes, not {len(key)}"
 
 
 class Settings(BaseSettings):
@@ -336,15 +324,15 @@ class Settings(BaseSettings):
                 f"DB_POOL_MAX_SIZE ({self.db_pool_max_size}) must be at least {JOB_WORKER_POOL_MIN} for the "
                 "job roles (outbox-worker, invoice-expiry): the worker pins 3 connections"
             )
-        if self.psp_config_kek is not None and (
-            error := _kek_problem(self.psp_config_kek.get_secret_value())
-        ):
-            problems.append(f"PSP_CONFIG_KEK {error}")
-        # A comma-separated list of earlier keys (secret_box.SecretBox.from_config splits it so).
-        previous = self.psp_config_kek_previous.get_secret_value() if self.psp_config_kek_previous else ""
-        for item in (key for key in previous.split(",") if key.strip()):
-            if error := _kek_problem(item):
-                problems.append(f"PSP_CONFIG_KEK_PREVIOUS {error}")
+        kek = self.psp_config_kek.get_secret_value() if self.psp_config_kek else None
+        previous = self.psp_config_kek_previous.get_secret_value() if self.psp_config_kek_previous else None
+        if kek is not None or previous:
+            from paymanager.adapters.secret_box import parse_keks  # cryptography: only when keys are set
+
+            try:
+                parse_keks(kek, previous)  # as the seed step will, so a bad key stops start-up here
+            except ValueError as exc:
+                problems.append(str(exc))
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -38,7 +38,10 @@ STOP_GRACE_S = 2.0
 
 
 class Service(Protocol):
-    """Something a role runs in the background: a worker, a sweep, the heartbeat."""
+    """Something a role runs in the background: a worker, a sweep, the heartbeat.
+
+    A service that takes new work (the job worker) may also have `stop_taking_work()`, called for
+    every service at the very start of a shutdown, before any `stop`."""
 
     name: str
 

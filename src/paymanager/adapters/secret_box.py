@@ -56,14 +56,24 @@ def key_id_of(key: bytes) -> str:
     return "k" + hashlib.sha256(key).hexdigest()[:12]
 
 
-def parse_kek(text: str) -> bytes:
+def parse_kek(text: str, name: str = "PSP_CONFIG_KEK") -> bytes:
     try:
         key = base64.b64decode(text.strip(), validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise ValueError("PSP_CONFIG_KEK must be base64 of 32 bytes") from exc
+        raise ValueError(f"{name} must be base64 of {KEY_BYTES} bytes") from exc
     if len(key) != KEY_BYTES:
-        raise ValueError(f"PSP_CONFIG_KEK must decode to {KEY_BYTES} bytes, not {len(key)}")
+        raise ValueError(f"{name} must decode to {KEY_BYTES} bytes, not {len(key)}")
     return key
+
+
+def parse_keks(kek: str | None, previous: str | None) -> tuple[bytes | None, tuple[bytes, ...]]:
+    """PSP_CONFIG_KEK (None when unset) and the comma-separated PSP_CONFIG_KEK_PREVIOUS; a bad one
+    raises ValueError naming its variable (config.py checks them so at start-up)."""
+    current = parse_kek(kek) if kek is not None else None
+    older = tuple(
+        parse_kek(item, "PSP_CONFIG_KEK_PREVIOUS") for item in (previous or "").split(",") if item.strip()
+    )
+    return current, older
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +92,10 @@ class SecretBox:
 
     @classmethod
     def from_config(cls, kek: str | None, previous: str | None = None) -> SecretBox:
-        if kek is None:
+        current, older = parse_keks(kek, previous)
+        if current is None:
             log.warning("PSP_CONFIG_KEK is unset: secrets are sealed with the public development key")
             current = _DEVELOPMENT_KEK
-        else:
-            current = parse_kek(kek)
-        older = tuple(parse_kek(item) for item in (previous or "").split(",") if item.strip())
         return cls(current, older)
 
     @property
