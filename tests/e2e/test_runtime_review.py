@@ -20,8 +20,8 @@ from paymanager.db.pool import connect, create_pool
 from paymanager.jobs import admin, enqueue
 from paymanager.jobs.maintenance import Maintenance
 from tests.e2e.payments.conftest import create_service, start_server
-from tests.integration.payments.signed_client import SignedClient
 from tests.support.processes import PaymanagerProcess, paymanager_env, run_cli
+from tests.support.signed_client import SignedClient
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.integration.payments.signed_client import SignedClient
 from tests.support.processes import PaymanagerProcess, free_port, paymanager_env, run_cli
+from tests.support.signed_client import SignedClient
 
 
 @dataclass

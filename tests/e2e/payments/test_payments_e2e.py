@@ -14,8 +14,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 
 from tests.e2e.payments.conftest import Server, clients, create_service, start_server
-from tests.integration.payments.signed_client import SignedClient
 from tests.support.processes import PaymanagerProcess, run_cli
+from tests.support.signed_client import SignedClient
 
 pytestmark = pytest.mark.slow
 

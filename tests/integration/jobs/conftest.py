@@ -1,4 +1,5 @@
-"""Fixtures for the job engine's integration tests: workers that are always stopped."""
+"""Fixtures for the job engine's integration tests: workers that are always stopped, the options and
+registries most tests start them with, and waits on a job's state or a worker's idleness."""
 
 from __future__ import annotations
 
@@ -10,9 +11,16 @@ import asyncpg
 import pytest
 
 from paymanager.jobs import EnqueueResult, JobContext, Registry, Worker, WorkerOptions, enqueue
+from tests.support.waiting import wait_until as wait_until  # the jobs tests import it from here
 
 # Short leases and intervals keep crash-like tests quick; they are correctness bounds, not timings.
 FAST = WorkerOptions(owner="test", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=200)
+
+# No polling and no listener pings during a test: every claim comes from a NOTIFY.
+QUIET = WorkerOptions(
+    owner="lc", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=3_600_000,
+    listener_check_interval_ms=600_000,
+)  # fmt: skip
 
 StartWorker = Callable[..., Awaitable[Worker]]
 
@@ -37,13 +45,25 @@ async def start_worker(pool: asyncpg.Pool, database_url: str) -> AsyncIterator[S
         await worker.stop(timeout_s=2)
 
 
-async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout_s: float = 15.0) -> None:
-    """Poll `predicate` until true; a correctness bound (the test fails if it never holds)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.02)
+def counting_registry(ran: list[int]) -> Registry:
+    """Kind "k", whose handler records each job id it runs in `ran`."""
+    registry = Registry()
+
+    async def handle(ctx: JobContext) -> None:
+        ran.append(ctx.id)
+
+    registry.register("k", handle)
+    return registry
+
+
+async def idle(worker: Worker) -> None:
+    """Until the worker's start-up claim (every queue may have work) came back empty: a NOTIFY's claim
+    goes to the listener only while no other claim is in flight."""
+
+    async def idle_now() -> bool:
+        return not worker._claims and not any(worker._maybe_work.values())
+
+    await wait_until(idle_now)
 
 
 async def job_state(pool: asyncpg.Pool, job_id: int) -> str:

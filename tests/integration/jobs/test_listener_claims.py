@@ -9,37 +9,17 @@ from typing import Any
 
 import asyncpg
 
-from paymanager.jobs import JobContext, Registry, Worker, WorkerOptions, enqueue
+from paymanager.jobs import JobContext, Registry, enqueue
 from paymanager.jobs._queries import Q
-from tests.integration.jobs.conftest import StartWorker, wait_state, wait_until
-from tests.integration.jobs.test_pinned import LOCK_TIMEOUT, PLANNED, SETTINGS
-
-# No polling and no listener pings during a test: every claim comes from a NOTIFY.
-QUIET = WorkerOptions(
-    owner="lc", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=3_600_000,
-    listener_check_interval_ms=600_000,
-)  # fmt: skip
-
-
-def counting_registry(ran: list[int]) -> Registry:
-    registry = Registry()
-
-    async def handle(ctx: JobContext) -> None:
-        ran.append(ctx.id)
-
-    registry.register("k", handle)
-    return registry
-
-
-async def idle(worker: Worker) -> None:
-    """Until the worker's start-up claim (every queue may have work) came back: a NOTIFY's claim
-    goes to the listener only while no other claim is in flight."""
-
-    async def no_claim_in_flight() -> bool:
-        return not worker._claims
-
-    await asyncio.sleep(0.05)
-    await wait_until(no_claim_in_flight)
+from tests.integration.jobs.conftest import (
+    QUIET,
+    StartWorker,
+    counting_registry,
+    idle,
+    wait_state,
+    wait_until,
+)
+from tests.support.pinned_sessions import LOCK_TIMEOUT, PLANNED, SETTINGS
 
 
 async def last_statement(pool: asyncpg.Pool, pid: int | None) -> str:

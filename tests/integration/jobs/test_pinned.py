@@ -5,13 +5,7 @@ import re
 from paymanager.db.pool import create_pool
 from paymanager.jobs._pinned import PinnedConnection
 from paymanager.jobs._queries import Q
-
-SETTINGS = (
-    "SELECT current_setting('plan_cache_mode') AS mode, current_setting('enable_seqscan') AS seqscan,"
-    " current_setting('enable_bitmapscan') AS bitmapscan"
-)
-PLANNED = {"mode": "force_generic_plan", "seqscan": "off", "bitmapscan": "off"}
-DEFAULT = {"mode": "auto", "seqscan": "on", "bitmapscan": "on"}
+from tests.support.pinned_sessions import DEFAULT, LOCK_TIMEOUT, PLANNED, SETTINGS
 
 
 async def test_pinned_connection_plans_generically_by_index_and_gives_the_settings_back(
@@ -31,9 +25,6 @@ async def test_pinned_connection_plans_generically_by_index_and_gives_the_settin
         await plain.close()
     finally:
         await pool.close()
-
-
-LOCK_TIMEOUT = "SELECT current_setting('lock_timeout') AS lock_timeout"
 
 
 async def test_a_claim_session_waits_at_most_its_lock_timeout_and_gives_the_setting_back(

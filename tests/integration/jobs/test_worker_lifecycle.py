@@ -15,8 +15,16 @@ import asyncpg
 from paymanager.jobs import JobContext, Registry, admin, enqueue
 from paymanager.jobs._queries import Q
 from paymanager.jobs.maintenance import Maintenance
-from tests.integration.jobs.conftest import FAST, StartWorker, job_state, wait_state, wait_until
-from tests.integration.jobs.test_listener_claims import QUIET, counting_registry, idle
+from tests.integration.jobs.conftest import (
+    FAST,
+    QUIET,
+    StartWorker,
+    counting_registry,
+    idle,
+    job_state,
+    wait_state,
+    wait_until,
+)
 
 
 def holds(worker: Any, job_id: int) -> list[Any]:

@@ -10,7 +10,7 @@ from collections import Counter
 import asyncpg
 
 from paymanager.ledger import Account, AccountFlags, PostgresLedger, Transfer
-from tests.integration.ledger.hammer import WALLETS
+from tests.support.ledger_hammer import WALLETS
 
 PROCESSES = 4
 BATCHES = 300
@@ -37,7 +37,7 @@ async def test_processes_hammering_hot_accounts_never_overdraw_and_conserve_mone
         await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "tests.integration.ledger.hammer",
+            "tests.support.ledger_hammer",
             database_url,
             str(offset),
             str(seed),

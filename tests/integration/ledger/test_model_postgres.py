@@ -11,8 +11,8 @@ from paymanager.db.pool import create_pool
 from paymanager.ledger import PostgresLedger
 from tests.support.databases import run_sync
 from tests.support.examples import examples
-from tests.unit.ledger.model import SECOND, Model
-from tests.unit.ledger.programs import base_accounts, funding, map_ids, steps
+from tests.support.ledger_model import SECOND, Model
+from tests.support.ledger_programs import base_accounts, funding, map_ids, steps
 
 START_NS = 1_700_000_000_000_000_000
 

@@ -17,7 +17,7 @@ from paymanager.application.context import Payments
 from paymanager.application.services import create_service
 from paymanager.config import Settings
 from paymanager.runtime import Runtime, StartupHooks
-from tests.integration.payments.signed_client import SignedClient
+from tests.support.signed_client import SignedClient
 
 
 class FixedClock:

@@ -11,8 +11,8 @@ import httpx
 import orjson
 
 from tests.integration.payments.conftest import Api
-from tests.integration.payments.signed_client import SignedClient
 from tests.integration.payments.test_intents import _funded_pair, _p2p, _settle
+from tests.support.signed_client import SignedClient
 
 
 async def test_opposite_payments_under_a_daily_volume_policy_do_not_deadlock_into_500(api: Api) -> None:

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from paymanager.ledger import Transfer
 from paymanager.ledger._batch import PENDING, BatchState
 from tests.support.examples import examples
-from tests.unit.ledger.model import SECOND, Model
-from tests.unit.ledger.programs import base_accounts, funding, steps
+from tests.support.ledger_model import SECOND, Model
+from tests.support.ledger_programs import base_accounts, funding, steps
 
 START_NS = 1_700_000_000_000_000_000
 # Clock moves are whole seconds plus a millisecond, so a post never lands exactly on an expiry.

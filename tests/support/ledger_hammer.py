@@ -1,6 +1,6 @@
 """A worker process of the concurrency test: random batches among a few hot accounts.
 
-Usage: python -m tests.integration.ledger.hammer DSN OFFSET SEED BATCHES
+Usage: python -m tests.support.ledger_hammer DSN OFFSET SEED BATCHES
 Prints one JSON line: the ids of the transfers this process saw `created`.
 """
 
