@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import asyncpg
+import pytest
 
 from paymanager.jobs import (
     JobContext,
@@ -17,6 +18,7 @@ from paymanager.jobs import (
     enqueue_flow,
 )
 from tests.integration.jobs.conftest import FAST, StartWorker, job_state, wait_state, wait_until
+from tests.support.job_steps import claim, complete, fail_dead, flow
 
 # No polling to speak of: a job that starts was woken by NOTIFY.
 NO_POLL = WorkerOptions(owner="np", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=3_600_000)
@@ -78,6 +80,99 @@ async def test_dead_child_is_ignored_when_the_flow_says_so(
     await start_worker(flow_registry(saw))
     await wait_state(pool, parent_id, "completed")
     assert saw == [{ok: 10, failed: None}]
+
+
+async def test_a_flow_refused_half_way_leaves_no_parent_waiting_forever(pool: asyncpg.Pool) -> None:
+    """enqueue_flow outside a transaction (on the pool, as `enqueue` allows) must not commit the parent
+    and each child separately: a QueueFullError on the third child would leave the parent in
+    `waiting_children` with pending_children = 3 and two children, never to run."""
+    await admin.set_max_depth(pool, "small", 2)
+    with pytest.raises(Exception):
+        await enqueue_flow(pool, NewJob("parent", queue="p"), [NewJob("child", queue="small")] * 3)
+    assert await pool.fetchval("SELECT count(*) FROM job WHERE state = 'waiting_children'") == 0
+
+
+# --- a flow revived by hand (retry, replay): each child counted once, the parent waits for them ----
+
+
+async def test_retrying_a_cancelled_child_does_not_release_the_parent_before_its_siblings(
+    pool: asyncpg.Pool,
+) -> None:
+    """`job_child_finished` decrements the parent for a child's move into a terminal state. A child
+    cancelled (or dead, with on_child_dead='ignore') was counted once; retried, it runs and completes
+    and must not be counted again, which would make the parent available while a sibling has not run."""
+    parent, a, b = await flow(pool, "ignore")
+    assert await admin.cancel_job(pool, a) is not None
+    assert await pool.fetchval("SELECT pending_children FROM job WHERE id = $1", parent) == 1
+    assert await admin.retry_job(pool, a)
+    (token,) = (await claim(pool, "qa")).values()
+    await complete(pool, a, token, 10)
+    assert await job_state(pool, b) == "available"  # the sibling has not even started
+    assert await job_state(pool, parent) == "waiting_children"
+
+
+async def test_replaying_a_dead_child_does_not_release_the_parent_before_its_siblings(
+    pool: asyncpg.Pool,
+) -> None:
+    parent, a, b = await flow(pool, "ignore")
+    (token,) = (await claim(pool, "qa")).values()
+    await fail_dead(pool, a, token)
+    assert await admin.replay_dead(pool, kind="child") == [a]
+    (token,) = (await claim(pool, "qa")).values()
+    await complete(pool, a, token, 10)
+    assert await job_state(pool, b) == "available"
+    assert await job_state(pool, parent) == "waiting_children"
+
+
+async def test_retrying_a_cancelled_flow_parent_does_not_run_it_before_its_children(
+    pool: asyncpg.Pool,
+) -> None:
+    """A parent cancelled while it waits, then retried, must not become `available` at once with both
+    children unfinished: it would run without their results, and their completions would later find
+    it not waiting and be lost to it."""
+    parent, a, b = await flow(pool, "fail")
+    assert await admin.cancel_job(pool, parent) is not None
+    await admin.retry_job(pool, parent)
+    assert await job_state(pool, a) == "available"
+    assert await job_state(pool, b) == "available"
+    assert await job_state(pool, parent) in ("waiting_children", "cancelled")
+
+
+async def test_replaying_a_dead_flow_parent_waits_again_for_its_unfinished_children(
+    pool: asyncpg.Pool,
+) -> None:
+    """The replay's counterpart of the retry above: a parent dead because child A died (policy
+    "fail") while child B still waits is replayed; it waits for B instead of running at once."""
+    parent, a, b = await flow(pool, "fail")
+    tokens = await claim(pool, "qa")
+    await fail_dead(pool, a, tokens[a])
+    assert await job_state(pool, parent) == "dead"
+    assert parent in await admin.replay_dead(pool, kind="parent")
+    row = await pool.fetchrow("SELECT state, pending_children FROM job WHERE id = $1", parent)
+    assert dict(row) == {"state": "waiting_children", "pending_children": 1}
+    tokens = await claim(pool, "qb")
+    await complete(pool, b, tokens[b], 2)
+    assert await job_state(pool, parent) == "available"
+
+
+async def test_replaying_a_dead_flow_with_its_dead_child_waits_for_the_child(pool: asyncpg.Pool) -> None:
+    """`replay_dead` with no filter (the usual "replay everything after the outage") revives the parent
+    and its dead child in ONE statement. The parent must wait for the child: counting the child as
+    still dead would make the parent `available` with pending_children 0, and job_child_revived would
+    then find it not waiting: the parent would run before (and without the result of) its child."""
+    async with pool.acquire() as conn, conn.transaction():
+        parent, (child,) = await enqueue_flow(
+            conn, NewJob("parent", queue="p"), [NewJob("child", queue="qa")], on_child_dead="fail"
+        )
+    tokens = await claim(pool, "qa")
+    await fail_dead(pool, child, tokens[child])
+    assert await job_state(pool, parent) == "dead"
+    assert sorted(await admin.replay_dead(pool)) == sorted([parent, child])
+    assert await job_state(pool, child) == "available"
+    assert await job_state(pool, parent) == "waiting_children"
+
+
+# --- cancel, pause, stop, wake-up ------------------------------------------------------------------
 
 
 async def test_cancel_before_start_and_while_running(pool: asyncpg.Pool, start_worker: StartWorker) -> None:

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
+from structlog.testing import capture_logs
 
 from paymanager.jobs import (
     DeadJob,
@@ -14,12 +16,16 @@ from paymanager.jobs import (
     PeriodicJob,
     Registry,
     Retention,
+    admin,
     enqueue,
     enqueue_many,
 )
+from paymanager.jobs._queries import Q
 from paymanager.jobs.maintenance import Maintenance
-from paymanager.jobs.periodic import current_slot
-from tests.integration.jobs.conftest import StartWorker, wait_state, wait_until
+from paymanager.jobs.periodic import current_slot, enqueue_due
+from tests.integration.jobs.conftest import StartWorker, job_state, wait_state, wait_until
+from tests.support.job_steps import claim, complete, flow
+from tests.support.waiting import wait_for_lock_waiters
 
 
 async def claim_as_ghost(pool: asyncpg.Pool, queue: str = "default", lease_ms: int = 1) -> list[int]:
@@ -72,6 +78,21 @@ async def test_live_lease_is_not_rescued(pool: asyncpg.Pool, database_url: str) 
     assert await pool.fetchval("SELECT state FROM job WHERE id = $1", job.id) == "running"
 
 
+async def test_a_running_job_asked_to_cancel_is_cancelled_not_run_again_when_its_lease_expires(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    """cancel_job answers "requested" for a running job. If its worker then dies, the rescuer ends the
+    job `cancelled`, as the worker would have, instead of putting it back to run again in full."""
+    job = await enqueue(pool, "k", {})
+    await claim(pool, "default")
+    result = await admin.cancel_job(pool, job.id)
+    assert result is not None
+    assert result.outcome == "requested"
+    later = datetime.now(UTC) + timedelta(hours=1)  # the dead worker's lease has expired
+    await Maintenance(pool, database_url, MaintenanceOptions(max_stalled=2), clock=lambda: later).rescue()
+    assert await job_state(pool, job.id) == "cancelled"
+
+
 async def test_pruner_keeps_recent_and_newest_finished_jobs(pool: asyncpg.Pool, database_url: str) -> None:
     ids = await enqueue_many(pool, [NewJob("k", queue="q") for _ in range(10)])
     await pool.execute(
@@ -90,6 +111,41 @@ async def test_pruner_keeps_recent_and_newest_finished_jobs(pool: asyncpg.Pool, 
     left = [r["id"] for r in await pool.fetch("SELECT id FROM job ORDER BY id")]
     # Age keeps the 6 newest (0..5 minutes old); count keeps 3 of those; the queued job stays.
     assert left == [*ids[:3], other.id]
+
+
+async def test_pruning_keeps_the_completed_children_of_a_parent_still_waiting(pool: asyncpg.Pool) -> None:
+    """Retention by count or age must not delete a flow's completed children while a sibling still
+    runs: the parent then runs with `ctx.children_results()` missing their results."""
+    parent, a, b = await flow(pool, "fail")
+    (token_a,) = (await claim(pool, "qa")).values()
+    await complete(pool, a, token_a, 10)
+    await admin.prune(pool, Retention(completed_age_ms=None, completed_count=0))
+    (token_b,) = (await claim(pool, "qb")).values()
+    await complete(pool, b, token_b, 20)
+    assert await job_state(pool, parent) == "available"
+    results = {r["id"]: r["result"] for r in await pool.fetch(Q["job_children_results"], parent)}
+    assert results == {a: 10, b: 20}
+
+
+async def test_count_pruning_does_not_delete_a_dead_job_revived_meanwhile(pool: asyncpg.Pool) -> None:
+    """job_prune_beyond_count picks its rows without a lock (unlike job_prune_older): a job an admin
+    retries while the prune runs must not be deleted once the retry commits (the DELETE re-checks the
+    new row version), since the retry told the operator that the job is available."""
+    job = await enqueue(pool, "k", {}, queue="q")
+    await pool.execute("UPDATE job SET state = 'dead', finalized_at = now() WHERE id = $1", job.id)
+    async with pool.acquire() as operator:
+        tx = operator.transaction()
+        await tx.start()
+        assert await admin.retry_job(operator, job.id)
+        prune = asyncio.create_task(
+            admin.prune(
+                pool, Retention(completed_age_ms=None, completed_count=None, dead_age_ms=None, dead_count=0)
+            )
+        )
+        await wait_for_lock_waiters(pool)  # the prune picked the job dead and waits on its row
+        await tx.commit()
+    await prune
+    assert await pool.fetchval("SELECT state::text FROM job WHERE id = $1", job.id) == "available"
 
 
 async def test_periodic_job_is_enqueued_once_per_slot_however_many_processes(
@@ -146,6 +202,97 @@ def test_periodic_job_needs_exactly_one_schedule() -> None:
         PeriodicJob("x", "k")
     with pytest.raises(ValueError, match="invalid cron"):
         PeriodicJob("x", "k", cron="every minute")
+
+
+async def test_a_schedule_whose_queue_is_full_does_not_hold_back_the_others(pool: asyncpg.Pool) -> None:
+    await admin.set_max_depth(pool, "full", 1)
+    await enqueue(pool, "filler", {}, queue="full")
+    schedules = (
+        PeriodicJob("stuck", "tick.run", queue="full", interval_ms=1_000),
+        PeriodicJob("fine", "tick.run", queue="default", interval_ms=1_000),
+    )
+    now = datetime.now(UTC)
+    assert await enqueue_due(pool, schedules, now) == []  # first sight: slots recorded
+    later = now + timedelta(seconds=5)
+    (created,) = await enqueue_due(pool, schedules, later)
+    assert await pool.fetchval("SELECT queue FROM job WHERE id = $1", created) == "default"
+    # The full queue's slot was not taken: once there is room, the next tick enqueues it.
+    await admin.set_max_depth(pool, "full", None)
+    (again,) = await enqueue_due(pool, schedules, later)
+    assert await pool.fetchval("SELECT queue FROM job WHERE id = $1", again) == "full"
+
+
+def test_a_schedule_with_a_bad_kind_or_queue_is_refused_when_it_is_made() -> None:
+    with pytest.raises(ValueError, match="kind and queue"):
+        PeriodicJob("bad", "no spaces allowed", interval_ms=1_000)
+    with pytest.raises(ValueError, match="kind and queue"):
+        PeriodicJob("bad", "tick.run", queue="", interval_ms=1_000)
+
+
+async def test_a_periodic_enqueue_into_a_full_queue_does_not_stop_maintenance_cluster_wide(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    """The periodic duty's enqueue raises QueueFullError (an EnqueueError) when its queue is at max
+    depth. Were the leader's task to end with it, its lock connection would stay open and the
+    advisory lock held: no process would rescue, promote, prune or schedule again until that process
+    restarts."""
+    await admin.set_max_depth(pool, "full", 1)
+    await enqueue(pool, "filler", {}, queue="full")
+    offset = [timedelta(0)]
+
+    def clock() -> datetime:
+        return datetime.now(UTC) + offset[0]
+
+    options = MaintenanceOptions(
+        periodic=(PeriodicJob("tick", "tick.run", queue="full", interval_ms=1_000),),
+        periodic_interval_ms=20,
+        rescue_interval_ms=20,
+        promote_interval_ms=20,
+        election_interval_ms=20,
+        vacuum_interval_ms=None,
+    )
+    leader = Maintenance(pool, database_url, options, clock=clock)
+    follower = Maintenance(pool, database_url, options, clock=clock)
+    try:
+        await leader.start()
+
+        async def elected() -> bool:
+            return leader.is_leader
+
+        await wait_until(elected, 5)
+        await follower.start()
+
+        async def first_slot_recorded() -> bool:
+            return bool(await pool.fetchval("SELECT count(*) FROM job_periodic WHERE name = 'tick'"))
+
+        await wait_until(first_slot_recorded)
+        with capture_logs() as logs:
+            offset[0] = timedelta(seconds=5)  # a new slot: its enqueue finds the queue full
+
+            async def enqueue_refused() -> bool:
+                return any(log["event"] == "periodic job not enqueued" for log in logs)
+
+            await wait_until(enqueue_refused, 5)
+
+        job = await enqueue(pool, "k", {})
+        assert list(await claim(pool, "default", lease_ms=1)) == [job.id]  # a worker that died
+
+        async def rescued() -> bool:
+            return await job_state(pool, job.id) == "available"
+
+        try:
+            await wait_until(rescued, 3)
+        except AssertionError:
+            task = leader._task
+            died = task.exception() if task is not None and task.done() else None
+            raise AssertionError(
+                f"expired lease never rescued: leader task done={task is not None and task.done()} "
+                f"with {died!r}; leader.is_leader={leader.is_leader}, follower.is_leader={follower.is_leader}"
+            ) from None
+    finally:
+        for m in (leader, follower):
+            with contextlib.suppress(Exception):
+                await m.stop(1)
 
 
 async def test_one_leader_at_a_time_and_a_follower_takes_over(pool: asyncpg.Pool, database_url: str) -> None:
