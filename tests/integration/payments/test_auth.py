@@ -75,6 +75,19 @@ async def test_a_replayed_request_is_refused(api: Api) -> None:
     assert again.json()["error"]["code"] == "replayed"
 
 
+async def test_a_post_signature_refused_for_its_idempotency_key_cannot_be_replayed(api: Api) -> None:
+    # The Idempotency-Key is not covered by the signature: a POST refused before run_idempotent's
+    # transaction (no key, or an invalid one) must still spend its signature, or whoever saw that
+    # request could send it again with a key of their choosing and have it executed.
+    body = orjson.dumps({"kind": "user", "currency": "THB"})
+    headers = api.client.headers_for("POST", "/accounts", body) | {"Content-Type": "application/json"}
+    first = await api.http.post("/accounts", content=body, headers=headers)
+    assert first.status_code == 400, first.text
+    replay = await api.http.post("/accounts", content=body, headers=headers | {"Idempotency-Key": "attacker"})
+    assert replay.status_code == 401, replay.text
+    assert replay.json()["error"]["code"] == "replayed"
+
+
 async def test_timestamps_exactly_300_s_away_pass_and_301_s_away_fail(api: Api) -> None:
     api.clock.now = NOW
     for offset, expected in ((-300, 200), (300, 200), (-301, 401), (301, 401)):

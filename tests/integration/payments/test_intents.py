@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+import httpx
 import orjson
 import pytest
 
@@ -17,6 +18,7 @@ from paymanager.application.reconcile import reconcile
 from paymanager.application.settle_intent import settle
 from paymanager.ledger import LedgerConflictError, Transfer
 from tests.integration.payments.conftest import Api
+from tests.support.signed_client import SignedClient
 
 
 async def _settle(api: Api, intent_id: str) -> None:
@@ -122,6 +124,27 @@ async def test_daily_volume_counts_earlier_intents_of_the_payer(api: Api) -> Non
     assert (await api.client.post("/intents", _p2p(payer, payee, 600))).status_code == 201
     refused = await api.client.post("/intents", _p2p(payer, payee, 600))
     assert refused.json()["error"]["details"]["rule"] == "daily_volume_per_account"
+
+
+async def test_opposite_payments_under_a_daily_volume_policy_do_not_deadlock_into_500(api: Api) -> None:
+    # A pays B while B pays A. With a daily-volume policy each create locks its payer's account row
+    # FOR UPDATE (the volume check), then inserts an intent whose foreign key takes FOR KEY SHARE on
+    # the payee's row, which the other transaction may hold FOR UPDATE: that must not deadlock.
+    a, b = await _funded_pair(api)
+    await api.admin.fund(b, 10_000)
+    put = await api.admin.post("/policies", {"channel": "internal-p2p", "daily_volume_per_account": 10**9})
+    assert put.status_code == 200, put.text
+    # A client that gets the app's 500 as a response instead of the exception re-raised.
+    transport = httpx.ASGITransport(app=api.http._transport.app, raise_app_exceptions=False)  # type: ignore[attr-defined]
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        client = SignedClient(http, api.client.service_id, api.client.secret)
+        requests = []
+        for _ in range(6):
+            requests.append(client.post("/intents", _p2p(a, b, 1)))
+            requests.append(client.post("/intents", _p2p(b, a, 1)))
+        responses = await asyncio.gather(*requests)
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [201] * len(requests), [r.text for r in responses if r.status_code != 201][:2]
 
 
 async def test_service_policy_applies_only_to_that_service(api: Api) -> None:
@@ -238,6 +261,28 @@ async def test_other_services_cannot_see_or_spend_my_accounts(api: Api) -> None:
     assert (await api.client.get(f"/intents/{created.json()['id']}")).status_code == 404
 
 
+async def test_a_merchant_invoice_cannot_debit_another_services_user_account(api: Api) -> None:
+    # Every channel requires the payer to be the caller's own account, merchant-invoice too: were it
+    # to check only that the payee (the merchant) is, a service could invoice any user account of any
+    # other service and confirm the invoice itself, a pull of their money.
+    victim = await api.admin.open_account()  # a user account of another service
+    funding = await api.admin.fund(victim, 5_000)
+    await _settle(api, funding["id"])
+    merchant = await api.client.open_account(kind="merchant")
+    invoice = await api.client.post(
+        "/intents",
+        {"channel": "merchant-invoice", "amount": 4_000, "currency": "THB", "payer_account_id": victim,
+         "payee_account_id": merchant},
+    )  # fmt: skip
+    confirmed = None
+    if invoice.status_code == 201:
+        confirmed = await api.client.post(f"/intents/{invoice.json()['id']}/confirm")
+        if confirmed.status_code == 200:
+            await _settle(api, invoice.json()["id"])
+    assert (await api.admin.balance(victim))["posted"] == 5_000, "another service took the victim's money"
+    assert invoice.status_code == 404, (invoice.text, confirmed and confirmed.text)
+
+
 async def test_list_pages_newest_first_with_a_cursor(api: Api) -> None:
     payer, payee = await _funded_pair(api)
     ids = [(await api.client.post("/intents", _p2p(payer, payee, 10 + i))).json()["id"] for i in range(5)]
@@ -257,6 +302,23 @@ async def test_history_lists_the_accounts_intents(api: Api) -> None:
     await api.client.post("/intents", _p2p(payer, payee, 10))
     history = (await api.client.get(f"/accounts/{payer}/history")).json()
     assert [i["channel"] for i in history["data"]] == ["internal-p2p", "admin-transfer"]
+
+
+async def test_account_history_does_not_show_another_services_intent(api: Api) -> None:
+    # GET /intents/{id} answers another service's intent as unknown "so its existence does not
+    # leak"; the history of an account that intent pays into must not show it whole either (its
+    # metadata, description, the other service's payer account).
+    mine = await api.client.open_account()
+    theirs = await api.admin.open_account()
+    funding = await api.admin.fund(theirs, 1_000)
+    await _settle(api, funding["id"])
+    secret = {"internal_order": "A-17", "customer_email": "someone@example.com"}
+    created = await api.admin.post("/intents", _p2p(theirs, mine, 10) | {"metadata": secret})
+    assert created.status_code == 201, created.text
+    assert (await api.client.get(f"/intents/{created.json()['id']}")).status_code == 404
+    history = (await api.client.get(f"/accounts/{mine}/history")).json()["data"]
+    leaked = [i for i in history if i["id"] == created.json()["id"]]
+    assert not leaked or leaked[0]["metadata"] != secret, leaked
 
 
 async def test_schema_refuses_a_transition_the_state_machine_does_not_draw(api: Api) -> None:

@@ -144,6 +144,29 @@ async def test_a_ledger_refusal_fails_only_its_own_job_and_writes_nothing_for_it
         assert await _job_state(pool, ctxs[index]) == "completed"
 
 
+async def test_a_refused_intent_writes_nothing_in_the_ledger_of_the_committed_group(api: Api) -> None:
+    """settle_many's contract: a job whose outcome is an exception has NO effect in the transaction.
+    The ledger burns the ids of a transiently refused chain (ledger_transfer_failed): that write must
+    not commit with the other intents of the group, as the single path (ctx.transaction) rolls it
+    back; else the refused intent could never settle."""
+    intents = await _confirmed(api, 3)
+    pool = api.payments.pool
+    refused_intent, _ = intents[1]
+    await pool.execute(
+        "UPDATE intent SET hold_id = $2 WHERE id = $1", uuid.UUID(refused_intent), uuid.uuid4()
+    )
+    before = await pool.fetchval("SELECT count(*) FROM ledger_transfer_failed")
+    ctxs = await _claim(pool, [i for i, _ in intents])
+    outcomes = await asyncio.gather(
+        *(settle_handler(api.payments, batch_max=10)(ctx) for ctx in ctxs), return_exceptions=True
+    )
+    assert isinstance(outcomes[1], LedgerRefusedError)
+    assert outcomes[0] is None
+    assert outcomes[2] is None
+    burned = await pool.fetchval("SELECT count(*) FROM ledger_transfer_failed") - before
+    assert burned == 0, f"{burned} failed-transfer id(s) of the refused intent committed with the group"
+
+
 async def test_a_group_fails_an_intent_past_its_deadline_and_refuses_a_missing_one_alone(api: Api) -> None:
     intents = await _confirmed(api, 2)
     pool = api.payments.pool
@@ -187,6 +210,50 @@ async def test_two_jobs_of_one_intent_in_a_group_settle_it_once(api: Api) -> Non
     assert (await api.client.balance(payee))["posted"] == AMOUNT
     states = await pool.fetch("SELECT state::text AS s FROM job WHERE payload->>'intent_id' = $1", intent_id)
     assert [r["s"] for r in states] == ["completed", "completed"]
+
+
+async def test_a_stale_attempt_of_a_job_in_its_own_group_does_not_fail_the_other_jobs(api: Api) -> None:
+    """A worker may hold two attempts of one job (the first one's lease rescued and claimed again by
+    the same worker), and both handlers join one group. The group goes by attempt (id and lease
+    token): the stale attempt must not be taken for the current one, which would make the group's
+    completion find its token gone, roll the WHOLE group back and leave its jobs running until the
+    rescuer."""
+    intents = await _confirmed(api, 3)
+    pool = api.payments.pool
+    refused_intent, _ = intents[1]
+    await pool.execute(
+        "UPDATE intent SET hold_id = $2 WHERE id = $1", uuid.UUID(refused_intent), uuid.uuid4()
+    )
+    ctxs = await _claim(pool, [i for i, _ in intents])
+    stale = ctxs[1]
+    current = await _take_lease(pool, stale)  # the same worker claimed the rescued job again
+    handle = settle_handler(api.payments, batch_max=10)
+    outcomes = await asyncio.gather(
+        handle(ctxs[0]), handle(current), handle(stale), handle(ctxs[2]), return_exceptions=True
+    )
+    assert outcomes[0] is None, f"an unrelated job of the group got {outcomes[0]!r}"
+    assert outcomes[3] is None, f"an unrelated job of the group got {outcomes[3]!r}"
+    assert isinstance(outcomes[1], LedgerRefusedError)
+    for index in (0, 2):
+        assert await _settlements(pool, intents[index][0]) == ["posted"]
+        assert (await api.client.balance(intents[index][1]))["posted"] == AMOUNT
+        assert await _job_state(pool, ctxs[index]) == "completed"
+
+
+async def test_a_stale_attempt_of_a_job_in_its_group_is_not_reported_completed(api: Api) -> None:
+    """Even when nothing is refused, the stale attempt (its lease lost) must not be marked
+    completed_in_transaction: its caller would be told it completed the job under a lease it no
+    longer has."""
+    intents = await _confirmed(api, 1)
+    pool = api.payments.pool
+    (stale,) = await _claim(pool, [intents[0][0]])
+    current = await _take_lease(pool, stale)
+    handle = settle_handler(api.payments, batch_max=10)
+    outcomes = await asyncio.gather(handle(current), handle(stale), return_exceptions=True)
+    assert outcomes[0] is None
+    assert await _settlements(pool, intents[0][0]) == ["posted"]
+    assert isinstance(outcomes[1], LeaseLostError), f"the stale attempt got {outcomes[1]!r}"
+    assert not stale.completed_in_transaction
 
 
 async def test_a_group_announces_each_change_by_notify_and_redis_as_the_rows_say(
