@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncpg
 import pytest
 
 from paymanager.ledger import (
     AMOUNT_MAX,
+    BALANCE_MAX,
     BATCH_MAX,
     Account,
     AccountFlags,
@@ -13,13 +15,14 @@ from paymanager.ledger import (
     BatchTooLargeError,
     CreateAccountResult,
     CreateTransferResult,
+    PostgresLedger,
     SystemAccountMismatchError,
     Transfer,
     TransferFlags,
     account_id_for,
     ensure_accounts,
 )
-from tests.integration.ledger.conftest import Backend
+from tests.integration.ledger.conftest import Backend, FakeClock
 
 AR = CreateAccountResult
 TR = CreateTransferResult
@@ -42,6 +45,15 @@ def xfer(b: Backend, debit: int, credit: int, amount: int, **fields: int) -> Tra
 
 async def results(b: Backend, *transfers: Transfer) -> list[CreateTransferResult]:
     return [r.result for r in await b.ledger.create_transfers(list(transfers))]
+
+
+async def postgres_ledger(pool: asyncpg.Pool) -> PostgresLedger:
+    """The PostgreSQL backend alone, on a fake clock, with accounts 1, 2 and 3 on ledger 1: for the
+    cases checked on it only (each a place where it once answered otherwise than TigerBeetle)."""
+    ledger = PostgresLedger(pool, clock=FakeClock())
+    results = await ledger.create_accounts([Account(i, ledger=1, code=1) for i in (1, 2, 3)])
+    assert all(r.ok for r in results)
+    return ledger
 
 
 async def balances(b: Backend, account_id: int) -> tuple[int, int, int, int]:
@@ -199,6 +211,14 @@ async def test_credits_must_not_exceed_debits(backend: Backend) -> None:
     assert await results(b, xfer(b, nostro, other, 10), xfer(b, other, nostro, 10)) == [TR.created] * 2
 
 
+async def test_a_pending_transfer_checks_the_posted_overflow_too(pool: asyncpg.Pool) -> None:
+    # TigerBeetle checks overflows_debits_posted for pending transfers as well (a post may add it).
+    ledger = await postgres_ledger(pool)
+    assert (await ledger.create_transfers([Transfer(10, 1, 2, BALANCE_MAX - 5, ledger=1, code=1)]))[0].ok
+    (result,) = await ledger.create_transfers([Transfer(11, 1, 3, 10, ledger=1, code=1, flags=F.PENDING)])
+    assert result.result is TR.overflows_debits_posted
+
+
 async def test_linked_chain_fails_whole_and_later_events_still_apply(backend: Backend) -> None:
     b = backend
     wallet, source, sink = await accounts(b, AccountFlags.DEBITS_MUST_NOT_EXCEED_CREDITS, 0, 0)
@@ -225,6 +245,18 @@ async def test_linked_chain_left_open_at_the_end_of_the_batch_fails(backend: Bac
     )
     assert got == [TR.created, TR.linked_event_failed, TR.linked_event_chain_open]
     assert await balances(b, debit) == (0, 1, 0, 0)
+
+
+async def test_a_broken_chain_still_answers_chain_open_for_a_linked_last_event(pool: asyncpg.Pool) -> None:
+    # TigerBeetle checks `index == events.len - 1` for a linked event before `chain_broken`.
+    ledger = await postgres_ledger(pool)
+    results = await ledger.create_transfers(
+        [
+            Transfer(10, 1, 1, 1, ledger=1, code=1, flags=F.LINKED),  # accounts_must_be_different
+            Transfer(11, 1, 2, 1, ledger=1, code=1, flags=F.LINKED),
+        ]
+    )
+    assert [r.result for r in results] == [TR.accounts_must_be_different, TR.linked_event_chain_open]
 
 
 async def test_pending_then_post_of_the_full_amount_with_amount_max(backend: Backend) -> None:
@@ -269,6 +301,33 @@ async def test_partial_post_returns_the_remainder(backend: Backend) -> None:
     assert await balances(b, credit) == (0, 0, 0, 200)
 
 
+async def test_a_post_with_amount_max_retried_over_a_partial_post_is_not_exists(pool: asyncpg.Pool) -> None:
+    # TigerBeetle (post_or_void_pending_transfer_exists): a post with AMOUNT_MAX means "the full
+    # pending amount", so over a stored partial post it answers exists_with_different_amount; the
+    # caller must not be told its full capture is in place when only part of it was posted.
+    ledger = await postgres_ledger(pool)
+    assert (await ledger.create_transfers([Transfer(10, 1, 2, 100, ledger=1, code=1, flags=F.PENDING)]))[0].ok
+    partial = Transfer(11, pending_id=10, amount=60, flags=F.POST_PENDING_TRANSFER)
+    assert (await ledger.create_transfers([partial]))[0].result is TR.created
+    full = Transfer(11, pending_id=10, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
+    (result,) = await ledger.create_transfers([full])
+    (credit,) = await ledger.lookup_accounts([2])
+    assert credit.credits_posted == 60
+    assert result.result is TR.exists_with_different_amount
+
+
+async def test_a_post_retried_without_the_user_data_it_set_is_not_exists(pool: asyncpg.Pool) -> None:
+    # TigerBeetle: a zero user_data in the retry stands for the pending transfer's, which must then
+    # equal the stored post's.
+    ledger = await postgres_ledger(pool)
+    assert (await ledger.create_transfers([Transfer(10, 1, 2, 100, ledger=1, code=1, flags=F.PENDING)]))[0].ok
+    post = Transfer(11, pending_id=10, amount=AMOUNT_MAX, user_data_128=7, flags=F.POST_PENDING_TRANSFER)
+    assert (await ledger.create_transfers([post]))[0].result is TR.created
+    retry = Transfer(11, pending_id=10, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
+    (result,) = await ledger.create_transfers([retry])
+    assert result.result is TR.exists_with_different_user_data_128
+
+
 async def test_void_releases_the_hold_and_blocks_a_later_post(backend: Backend) -> None:
     b = backend
     debit, credit = await accounts(b, 0, 0)
@@ -310,6 +369,19 @@ async def test_post_and_void_check_the_pending_transfer(backend: Backend) -> Non
         TR.pending_transfer_has_different_code,
         TR.flags_are_mutually_exclusive,
     ]
+
+
+async def test_a_failed_post_reports_timestamp_zero_like_every_other_failure(pool: asyncpg.Pool) -> None:
+    # types.AccountEventResult: "timestamp ... 0 for a failure".
+    ledger = await postgres_ledger(pool)
+    results = await ledger.create_transfers(
+        [
+            Transfer(10, pending_id=99, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER),
+            Transfer(11, 1, 1, 1, ledger=1, code=1),
+        ]
+    )
+    assert [r.result for r in results] == [TR.pending_transfer_not_found, TR.accounts_must_be_different]
+    assert [r.timestamp for r in results] == [0, 0]
 
 
 async def test_post_after_timeout_fails_as_expired_and_expiry_releases_the_hold(

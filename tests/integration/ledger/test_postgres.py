@@ -9,6 +9,7 @@ import pytest
 
 from paymanager.ledger import (
     Account,
+    AccountFlags,
     CreateTransferResult,
     LedgerConflictError,
     PostgresLedger,
@@ -17,6 +18,7 @@ from paymanager.ledger import (
     open_ledger,
 )
 from tests.integration.ledger.conftest import FakeClock
+from tests.support.waiting import wait_for_lock_waiters, wait_until
 
 TR = CreateTransferResult
 
@@ -81,6 +83,37 @@ async def test_concurrent_calls_share_batches_yet_keep_their_own_results_and_cha
         assert [r.result for r in results] == expected, n
     (account,) = await ledger.lookup_accounts([2])
     assert account.credits_posted == 2 * 20
+
+
+async def test_a_caller_cancelled_while_its_request_waits_for_a_batch_moves_no_money(
+    pool: asyncpg.Pool,
+) -> None:
+    # One batch in flight, held up by a lock on the payer's account: the second call waits in the
+    # queue. Its caller gives up (cancelled: a client disconnect, a timeout); the money must not move
+    # afterwards behind its back, while the first caller still gets its own result.
+    ledger = PostgresLedger(pool, batches_in_flight=1)
+    await make_accounts(ledger, 1, 2)
+    async with pool.acquire() as blocker:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("SELECT 1 FROM ledger_account WHERE id = $1 FOR UPDATE", f"{1:032x}")
+        first = asyncio.create_task(ledger.create_transfers([Transfer(10, 1, 2, 5, ledger=1, code=1)]))
+        await wait_for_lock_waiters(pool)  # the first batch waits on the account lock
+        second = asyncio.create_task(ledger.create_transfers([Transfer(11, 1, 2, 7, ledger=1, code=1)]))
+
+        async def second_queued() -> bool:
+            return len(ledger._waiting) == 1
+
+        await wait_until(second_queued)  # behind the running batch
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        await tx.rollback()
+    assert [r.result for r in await first] == [TR.created]
+    await ledger.close()
+    assert [t.id for t in await ledger.lookup_transfers([10, 11])] == [10]
+    assert (await ledger.balance(2)).posted == 5
+    assert (await ledger.verify()).ok
 
 
 async def test_expire_pending_releases_at_most_limit_per_call(pool: asyncpg.Pool) -> None:
@@ -169,6 +202,30 @@ async def test_racing_batches_with_one_id_and_different_accounts_create_it_once(
         got = sorted(r[0].result.name for r in outcomes)
         assert got == ["created", "exists_with_different_debit_account_id"]
     assert (await ledger.verify()).ok
+
+
+async def test_one_id_is_never_both_burned_by_a_transient_failure_and_created(pool: asyncpg.Pool) -> None:
+    # Two batches use one new id with disjoint accounts, so no account lock orders them: one fails
+    # transiently (exceeds_credits burns the id in ledger_transfer_failed), the other creates it.
+    # TigerBeetle applies one first and the other answers id_already_failed or
+    # exists_with_different_*; so must we (a transaction lock per new id), not commit both.
+    ledger = PostgresLedger(pool, coalesce=False)
+    limited = Account(1, ledger=1, code=1, flags=AccountFlags.DEBITS_MUST_NOT_EXCEED_CREDITS)
+    assert all(r.ok for r in await ledger.create_accounts([limited]))
+    await make_accounts(ledger, 2, 3, 4)
+    async with pool.acquire() as blocker:
+        tx = blocker.transaction()
+        await tx.start()
+        for account_id in (1, 3):
+            await blocker.execute(
+                "SELECT 1 FROM ledger_account WHERE id = $1 FOR UPDATE", f"{account_id:032x}"
+            )
+        refused = asyncio.create_task(ledger.create_transfers([Transfer(99, 1, 2, 5, ledger=1, code=1)]))
+        created = asyncio.create_task(ledger.create_transfers([Transfer(99, 3, 4, 5, ledger=1, code=1)]))
+        await wait_for_lock_waiters(pool, count=2)  # both batches wait on their payer's lock
+        await tx.rollback()
+    outcomes = {(await refused)[0].result, (await created)[0].result}
+    assert outcomes != {TR.exceeds_credits, TR.created}
 
 
 async def test_batch_load_stays_on_the_indexes_after_ledger_transfer_grows(pool: asyncpg.Pool) -> None:
