@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.databases import run_sync
 from tests.support.processes import PaymanagerProcess, free_port, paymanager_env, run_cli
+from tests.support.servers import confirmed_intent, lock_intent
 
 pytestmark = pytest.mark.slow
 
@@ -81,6 +82,27 @@ def test_unknown_role_exits_two_with_the_message(database_url: str) -> None:
     assert "Valid roles:" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("PSP_CONFIG_KEK", "c2VjcmV0"),  # base64, but 6 bytes
+        ("PSP_CONFIG_KEK_PREVIOUS", "not base64!"),
+        ("LEDGER_BACKEND", "tigerbeetle"),
+        ("DB_POOL_MAX_SIZE", "3"),  # the job worker pins 3 connections and needs 4
+    ],
+)
+def test_accepted_value_that_breaks_start_up_is_refused_as_configuration(
+    database_url: str, variable: str, value: str
+) -> None:
+    """DESIGN/OPERATIONS: bad values stop start-up with exit code 2 and a message naming the variable,
+    including values a later start-up step would refuse (with exit 1) if `Settings` let them pass."""
+    env = paymanager_env(database_url, WORKER_ROLES="outbox-worker", DB_POOL_MIN_SIZE="1")
+    env[variable] = value
+    result = run_cli(["run"], env, timeout_s=60)
+    assert result.returncode == 2, (result.returncode, (result.stdout + result.stderr)[-600:])
+    assert variable in result.stderr
+
+
 def test_older_schema_is_refused_with_the_migrate_hint(database_url: str) -> None:
     async def forget_newest() -> None:
         conn = await asyncpg.connect(database_url)
@@ -95,6 +117,19 @@ def test_older_schema_is_refused_with_the_migrate_hint(database_url: str) -> Non
     result = run_cli(["run"], paymanager_env(database_url, WORKER_ROLES="outbox-worker"))
     assert result.returncode == 1
     assert "paymanager migrate" in result.stdout + result.stderr
+
+
+async def test_start_up_does_not_wait_on_an_intent_a_peer_holds(database_url: str) -> None:
+    """The start-up reconciler skips a confirmed intent a peer holds (a settlement in progress):
+    waiting on it would keep a new process in start-up until statement_timeout, then exit 1."""
+    intent_id = await confirmed_intent(database_url)
+    locker, _ = await lock_intent(database_url, intent_id)
+    worker = PaymanagerProcess(paymanager_env(database_url, WORKER_ROLES="outbox-worker"))
+    try:
+        worker.wait_for_line("started in headless mode", timeout_s=10)
+    finally:
+        await locker.close()
+        worker.close()
 
 
 def test_port_in_use_fails_start_up_with_exit_one(database_url: str) -> None:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from paymanager.api.signing import signed_headers
-from tests.e2e.payments.conftest import Server
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 
-from tests.e2e.payments.conftest import Server, clients, create_service, start_server
 from tests.support.processes import PaymanagerProcess, run_cli
+from tests.support.servers import Server, clients, create_service, start_server
 from tests.support.signed_client import SignedClient
 
 pytestmark = pytest.mark.slow
