@@ -12,16 +12,34 @@ from paymanager.jobs import (
     JobContext,
     NewJob,
     Registry,
+    Worker,
     WorkerOptions,
     admin,
     enqueue,
     enqueue_flow,
 )
-from tests.integration.jobs.conftest import FAST, StartWorker, job_state, wait_state, wait_until
+from paymanager.jobs._queries import Q
+from tests.integration.jobs.conftest import FAST, StartWorker, idle, job_state, wait_state, wait_until
 from tests.support.job_steps import claim, complete, fail_dead, flow
 
 # No polling to speak of: a job that starts was woken by NOTIFY.
 NO_POLL = WorkerOptions(owner="np", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=3_600_000)
+
+
+async def count_claims(worker: Worker) -> list[str]:
+    """A list that gets the queues of each claim of `worker` that came back from the database."""
+    done: list[str] = []
+    for conn in (*worker._all_conns, worker.listener):
+        fetch = conn.fetch
+
+        async def recording(query: str, *args: Any, _fetch: Any = fetch) -> Any:
+            rows = await _fetch(query, *args)
+            if query in (Q["job_claim"], Q["job_claim_queue"], Q["job_claim_batch"]):
+                done.append(str(args[0]))
+            return rows
+
+        conn.fetch = recording  # type: ignore[method-assign]
+    return done
 
 
 def flow_registry(parent_saw: list[dict[int, Any]]) -> Registry:
@@ -207,9 +225,15 @@ async def test_paused_queue_is_not_claimed_until_resumed(
     registry = Registry()
     registry.register("k", lambda ctx: None)
     await admin.pause_queue(pool, "default")
-    await start_worker(registry)
+    worker = await start_worker(registry)
+    claims_after_enqueue = await count_claims(worker)
     job = await enqueue(pool, "k", {})
-    await asyncio.sleep(1.0)  # five poll intervals of FAST
+    claims_after_enqueue.clear()
+
+    async def claimed_twice_since() -> bool:
+        return len(claims_after_enqueue) >= 2  # the NOTIFY's claim, and a poll's
+
+    await wait_until(claimed_twice_since)
     assert await job_state(pool, job.id) == "available"
     await admin.resume_queue(pool, "default")
     await wait_state(pool, job.id, "completed")
@@ -244,8 +268,8 @@ async def test_notify_wakes_an_idle_worker_without_polling(
 ) -> None:
     registry = Registry()
     registry.register("k", lambda ctx: None)
-    await start_worker(registry, options=NO_POLL)
-    await asyncio.sleep(0.2)
+    worker = await start_worker(registry, options=NO_POLL)
+    await idle(worker)  # its start-up claim came back: only a NOTIFY can start the next one
     job = await enqueue(pool, "k", {})
     await wait_state(pool, job.id, "completed")
 

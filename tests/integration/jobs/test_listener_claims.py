@@ -142,7 +142,7 @@ async def test_one_notify_into_an_idle_worker_sends_one_claim(
     for n in range(1, 4):
         job = await enqueue(pool, "k", {})
         await wait_state(pool, job.id, "completed")
-        await asyncio.sleep(0.05)
+        await idle(worker)  # every claim the NOTIFY prompted came back
         assert claims == ["Listener"] * n
 
 

@@ -10,10 +10,18 @@ import asyncpg
 from paymanager import bootstrap
 from paymanager.application.invoice_sweep import SWEEP_KIND
 from tests.integration.payments.conftest import Api, build_runtime
+from tests.support.waiting import wait_until
 
 
 async def _statuses(api: Api, ids: list[str]) -> list[str]:
     return [(await api.client.get(f"/intents/{intent_id}")).json()["status"] for intent_id in ids]
+
+
+async def _slots(pool: asyncpg.Pool) -> int:
+    """How many sweep slots were enqueued so far."""
+    return int(
+        await pool.fetchval("SELECT count(DISTINCT payload->>'slot') FROM job WHERE kind = $1", SWEEP_KIND)
+    )
 
 
 async def test_two_sweeping_processes_expire_due_invoices_once_per_slot(
@@ -39,7 +47,13 @@ async def test_two_sweeping_processes_expire_due_invoices_once_per_slot(
         while await _statuses(api, due) != ["expired"] * 3:
             assert time.monotonic() < deadline, await _statuses(api, due)
             await asyncio.sleep(0.2)
-        await asyncio.sleep(2.5)  # let a few more slots pass with both processes scheduling
+        # A few more slots with both processes scheduling: each one must still run once.
+        slots = await _slots(pool)
+
+        async def more_slots() -> bool:
+            return await _slots(pool) >= slots + 2
+
+        await wait_until(more_slots)
     finally:
         for service in reversed(services):
             await service.stop(5)
