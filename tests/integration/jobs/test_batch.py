@@ -245,6 +245,10 @@ async def test_completed_events_off_holds_back_the_notify_of_jobs_completed_in_t
         async with ctx.transaction(result="paid"):
             pass
 
+    @registry.handler("fails", max_attempts=1)
+    async def fails(ctx: JobContext) -> None:
+        raise RuntimeError("the later job")
+
     messages: list[str] = []
     listener = await asyncpg.connect(database_url)
     try:
@@ -256,8 +260,17 @@ async def test_completed_events_off_holds_back_the_notify_of_jobs_completed_in_t
             return await job_state(pool, job.id) == "completed"
 
         await wait_until(completed)
-        # The event would go out on the loop's next turn after the commit; give it ample time.
-        await asyncio.sleep(0.3)
+        # The completed event would go out on the loop's next turn after the commit, long before a
+        # job enqueued only now fails: once that job's `dead` event has arrived, it would have too.
+        later = await enqueue(pool, "fails", {})
+
+        def heard() -> list[dict[str, Any]]:
+            return [event for message in messages for event in orjson.loads(message)]
+
+        async def later_dead_heard() -> bool:
+            return {"e": "dead", "id": later.id} in [{"e": e["e"], "id": e["id"]} for e in heard()]
+
+        await wait_until(later_dead_heard)
     finally:
         await listener.close()
-    assert messages == []
+    assert [event for event in heard() if event["e"] == "completed"] == []

@@ -36,13 +36,17 @@ async def claim_as_ghost(pool: asyncpg.Pool, queue: str = "default", lease_ms: i
     return [r["id"] for r in rows]
 
 
+def an_hour_later() -> datetime:
+    """The rescuer's clock when every lease taken by now has expired."""
+    return datetime.now(UTC) + timedelta(hours=1)
+
+
 async def test_rescuer_returns_expired_jobs_to_available_without_spending_an_attempt(
     pool: asyncpg.Pool, database_url: str
 ) -> None:
     job = await enqueue(pool, "k", {})
     assert await claim_as_ghost(pool) == [job.id]
-    await asyncio.sleep(0.01)
-    maintenance = Maintenance(pool, database_url, MaintenanceOptions(max_stalled=2))
+    maintenance = Maintenance(pool, database_url, MaintenanceOptions(max_stalled=2), clock=an_hour_later)
     await maintenance.rescue()
     row = await pool.fetchrow(
         "SELECT state, attempt, stalled_count, lease_token FROM job WHERE id = $1", job.id
@@ -59,11 +63,12 @@ async def test_job_stalled_beyond_max_stalled_is_dead_and_hooked(
     async def on_dead(job: DeadJob) -> None:
         dead.append(job)
 
-    maintenance = Maintenance(pool, database_url, MaintenanceOptions(max_stalled=1), on_dead=on_dead)
+    maintenance = Maintenance(
+        pool, database_url, MaintenanceOptions(max_stalled=1), on_dead=on_dead, clock=an_hour_later
+    )
     job = await enqueue(pool, "k", {})
     for expected in ("available", "dead"):
         await claim_as_ghost(pool)
-        await asyncio.sleep(0.01)
         await maintenance.rescue()
         assert await pool.fetchval("SELECT state FROM job WHERE id = $1", job.id) == expected
     assert [d.id for d in dead] == [job.id]
@@ -305,8 +310,26 @@ async def test_one_leader_at_a_time_and_a_follower_takes_over(pool: asyncpg.Pool
         return first.is_leader
 
     await wait_until(first_leads)
+    leader_pid = first._lock_conn.get_server_pid()
     await second.start()
-    await asyncio.sleep(0.3)
+
+    async def second_tried() -> bool:
+        # The follower's lock connection has run the election's try-lock and is idle again.
+        return bool(
+            await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'paymanager:job-leader'"
+                " AND datname = current_database() AND pid <> $1 AND state = 'idle' AND query = $2",
+                leader_pid,
+                Q["job_leader_try_lock"].strip(),
+            )
+        )
+
+    await wait_until(second_tried)
+    holders = await pool.fetch(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+    assert [r["pid"] for r in holders] == [leader_pid]
     assert not second.is_leader
     await first.stop(timeout_s=2)
 
@@ -335,7 +358,9 @@ async def test_worker_heartbeat_keeps_a_long_job_from_being_rescued(
     try:
         job = await enqueue(pool, "long", {})
         await wait_state(pool, job.id, "running")
-        await asyncio.sleep(5)  # two and a half leases
+        # Time passing is the behaviour under test: two and a half leases with the rescuer running,
+        # which would rescue the job were its heartbeats not extending its lease.
+        await asyncio.sleep(5)
         assert await pool.fetchval("SELECT stalled_count FROM job WHERE id = $1", job.id) == 0
         release.set()
         await wait_state(pool, job.id, "completed")
