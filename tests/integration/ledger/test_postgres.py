@@ -255,7 +255,11 @@ async def test_batch_load_stays_on_the_indexes_after_ledger_transfer_grows(pool:
         try:
             batch = [Transfer(next_id + i, 1, 2, 1, ledger=1, code=1) for i in range(10)]
             assert all(r.ok for r in await ledger.create_transfers(batch, conn=conn))
-            await asyncio.sleep(0)  # deliver the log messages
+
+            async def load_plan_logged() -> bool:
+                return any("ledger_transfer AS t" in p for p in plans)
+
+            await wait_until(load_plan_logged)  # the log messages come after the statement's result
         finally:
             conn.remove_log_listener(listener)
             await conn.execute("RESET ALL")
