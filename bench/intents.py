@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.http_load import intents_open_loop, open_loop  # noqa: E402
-from tests.support.signed_client import SignedClient  # noqa: E402
 from tests.support.processes import PaymanagerProcess, free_port, paymanager_env  # noqa: E402
+from tests.support.signed_client import SignedClient  # noqa: E402
 
 from paymanager import bootstrap  # noqa: E402
 from paymanager.application.accounts import OpenAccount, open_account  # noqa: E402
