@@ -49,7 +49,8 @@ async def results(b: Backend, *transfers: Transfer) -> list[CreateTransferResult
 
 async def postgres_ledger(pool: asyncpg.Pool) -> PostgresLedger:
     """The PostgreSQL backend alone, on a fake clock, with accounts 1, 2 and 3 on ledger 1: for the
-    cases checked on it only (each a place where it once answered otherwise than TigerBeetle)."""
+    cases of TigerBeetle's rules pinned on our own implementation of them, where they are easiest to
+    get wrong (retries of posts, chain ends, failure timestamps, overflow of pending transfers)."""
     ledger = PostgresLedger(pool, clock=FakeClock())
     results = await ledger.create_accounts([Account(i, ledger=1, code=1) for i in (1, 2, 3)])
     assert all(r.ok for r in results)
