@@ -125,6 +125,13 @@ class Settings(BaseSettings):
         description="Most shared settlement transactions running at once per process (each settles up "
         "to outbox_batch_size intents).",
     )
+    outbox_max_depth: int = Field(
+        default=100_000,
+        ge=0,
+        le=100_000_000,
+        description="Unfinished settlement jobs at which a confirm answers 503 queue_full (back-pressure "
+        "when workers stop); set on the queue at start-up unless an operator set one; 0: no limit.",
+    )
     outbox_max_attempts: int = Field(
         default=10, ge=1, le=100, description="Attempts of an outbox action before it is dead-lettered."
     )
