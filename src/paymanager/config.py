@@ -216,6 +216,14 @@ class Settings(BaseSettings):
     cleanup_batch_size: int = Field(default=50, ge=1, le=10_000, description="Sessions expired per tick.")
 
     # --- API ------------------------------------------------------------------------------------
+    api_requests_per_sec_per_service: int = Field(
+        default=1_000,
+        ge=0,
+        le=1_000_000,
+        description="Signed requests per second each service may make to one api process (a token bucket "
+        "with one second of burst; 429 rate_limited beyond); `paymanager services rate-limit` sets a "
+        "service's own; 0: no limit.",
+    )
     hmac_clock_skew_sec: int = Field(
         default=300, ge=1, le=3_600, description="Accepted distance of X-Timestamp from now."
     )

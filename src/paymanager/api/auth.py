@@ -22,6 +22,7 @@ from fastapi import Request, Security
 from fastapi.security import APIKeyHeader
 
 from paymanager.api.errors import ApiError
+from paymanager.api.rate_limit import ServiceRateLimiter, retry_after_header
 from paymanager.api.signing import (
     NONCE_HEADER,
     SERVICE_HEADER,
@@ -146,6 +147,13 @@ async def authenticate(
         raise _unauthorized(
             "bad_signature", "X-Signature does not match the request (see the API description)"
         )
+    limiter: ServiceRateLimiter = request.app.state.rate_limiter
+    wait_sec = limiter.take(identity.id, identity.requests_per_sec_max)
+    if wait_sec is not None:
+        raise ApiError(
+            429, "rate_limited", "this service sends more requests per second than its limit",
+            {"retry_after_sec": round(wait_sec, 3)}, headers={"Retry-After": retry_after_header(wait_sec)},
+        )  # fmt: skip
     if nonce is None:
         _warn_no_nonce(identity.id)
         replay_key = bytes.fromhex(expected)

@@ -12,6 +12,7 @@ from paymanager.api.auth import ServiceCache
 from paymanager.api.body_limit import BodyLimitMiddleware
 from paymanager.api.event_hub import IntentEventHub
 from paymanager.api.outage import DatabaseOutage
+from paymanager.api.rate_limit import ServiceRateLimiter
 from paymanager.api.schemas import ErrorOut
 from paymanager.application.context import Payments
 
@@ -105,6 +106,7 @@ def install_payments_api(payments: Payments, hub: IntentEventHub) -> Callable[[F
         app.state.database_outage = DatabaseOutage(payments.pool)
         app.state.event_hub = hub
         app.state.service_cache = ServiceCache(payments.settings.service_cache_ttl_ms)
+        app.state.rate_limiter = ServiceRateLimiter(payments.settings.api_requests_per_sec_per_service)
         app.description = (app.description or "") + SIGNING_DOC
         app.add_middleware(BodyLimitMiddleware, max_bytes=payments.settings.api_max_body_bytes)
         for router in (
