@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_WORKERS ?= 4
 
-.PHONY: run test lint typecheck unit migrate clean docs bench-driver
+.PHONY: run test lint typecheck unit migrate clean docs bench-driver chaos
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ lint: $(BIN)/.installed
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
+
+## chaos: the chaos suites at five times the scale CI runs them (kills, outages, restarts).
+chaos: $(BIN)/.installed
+	CHAOS_SCALE=$${CHAOS_SCALE:-5} $(BIN)/pytest tests/chaos -q -s
 
 unit: $(BIN)/.installed
 	$(BIN)/pytest tests/unit -q

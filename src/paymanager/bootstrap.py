@@ -114,6 +114,10 @@ async def seed_system_accounts(runtime: Runtime) -> None:
     )
     runtime.registry[PAYMENTS] = payments
     await seed(payments)
+    from paymanager.application.backpressure import apply_default_max_depth
+
+    async with runtime.pool.acquire() as conn:
+        await apply_default_max_depth(conn, settings.outbox_max_depth)
 
 
 async def register_channels(runtime: Runtime) -> None:

@@ -125,6 +125,13 @@ class Settings(BaseSettings):
         description="Most shared settlement transactions running at once per process (each settles up "
         "to outbox_batch_size intents).",
     )
+    outbox_max_depth: int = Field(
+        default=100_000,
+        ge=0,
+        le=100_000_000,
+        description="Unfinished settlement jobs at which a confirm answers 503 queue_full (back-pressure "
+        "when workers stop); set on the queue at start-up unless an operator set one; 0: no limit.",
+    )
     outbox_max_attempts: int = Field(
         default=10, ge=1, le=100, description="Attempts of an outbox action before it is dead-lettered."
     )
@@ -209,6 +216,14 @@ class Settings(BaseSettings):
     cleanup_batch_size: int = Field(default=50, ge=1, le=10_000, description="Sessions expired per tick.")
 
     # --- API ------------------------------------------------------------------------------------
+    api_requests_per_sec_per_service: int = Field(
+        default=1_000,
+        ge=0,
+        le=1_000_000,
+        description="Signed requests per second each service may make to one api process (a token bucket "
+        "with one second of burst; 429 rate_limited beyond); `paymanager services rate-limit` sets a "
+        "service's own; 0: no limit.",
+    )
     hmac_clock_skew_sec: int = Field(
         default=300, ge=1, le=3_600, description="Accepted distance of X-Timestamp from now."
     )

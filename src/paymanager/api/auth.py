@@ -1,11 +1,15 @@
 """HMAC authentication of every API route but health, metrics and docs (DESIGN §7).
 
 Checks, in order, each failing with 401 and its reason code:
-`missing_header` (X-Service-Id, X-Timestamp or X-Signature absent), `stale_timestamp` (not unix
-seconds, or further than HMAC_CLOCK_SKEW_SEC from now), `unknown_service` (no such service, or
-disabled), `bad_signature` (the HMAC does not match, compared in constant time), `replayed` (this
-exact signature was accepted before; remembered in PostgreSQL for the window so every api replica
-refuses it).
+`missing_header` (X-Service-Id, X-Timestamp or X-Signature absent), `bad_nonce` (X-Nonce present but
+not 16+ random bytes as hex or base64url), `stale_timestamp` (not unix seconds, or further than
+HMAC_CLOCK_SKEW_SEC from now), `unknown_service` (no such service, or disabled), `bad_signature`
+(the HMAC does not match, compared in constant time), `replayed` (this nonce was accepted from this
+service before, or, for a request without a nonce, this exact signature; remembered in PostgreSQL
+for the window so every api replica refuses it).
+
+A request without X-Nonce is checked against the older canonical string for one release and logs a
+deprecation warning (once per service per process, so a chatty old client cannot flood the log).
 """
 
 from __future__ import annotations
@@ -18,11 +22,15 @@ from fastapi import Request, Security
 from fastapi.security import APIKeyHeader
 
 from paymanager.api.errors import ApiError
+from paymanager.api.rate_limit import ServiceRateLimiter, retry_after_header
 from paymanager.api.signing import (
+    NONCE_HEADER,
     SERVICE_HEADER,
     SIGNATURE_HEADER,
     SIGNATURE_HEX_CHARS,
     TIMESTAMP_HEADER,
+    nonce_is_valid,
+    nonce_replay_key,
     request_target,
     sign,
     signature_matches,
@@ -32,13 +40,19 @@ from paymanager.application.context import Payments
 from paymanager.application.services import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import ADMIN_SCOPE
+from paymanager.logging import get_logger
+
+log = get_logger("paymanager.api")
 
 # Declared as security schemes so Swagger UI shows the three headers; our own checks do the work.
 _service_header = APIKeyHeader(name=SERVICE_HEADER, auto_error=False, scheme_name="ServiceId")
 _timestamp_header = APIKeyHeader(name=TIMESTAMP_HEADER, auto_error=False, scheme_name="Timestamp")
 _signature_header = APIKeyHeader(name=SIGNATURE_HEADER, auto_error=False, scheme_name="Signature")
+_nonce_header = APIKeyHeader(name=NONCE_HEADER, auto_error=False, scheme_name="Nonce")
 
 CACHE_ENTRIES_MAX = 10_000
+# Services already warned about unsigned nonces in this process; bounded like the cache.
+_nonce_deprecation_warned: set[str] = set()
 TIMESTAMP_CHARS_MAX = 12
 
 
@@ -97,6 +111,7 @@ async def authenticate(
     service_id: str | None = Security(_service_header),
     timestamp: str | None = Security(_timestamp_header),
     signature: str | None = Security(_signature_header),
+    nonce: str | None = Security(_nonce_header),
 ) -> ServiceIdentity:
     """The FastAPI dependency: the calling service, or a 401 with the reason code."""
     payments: Payments = request.app.state.payments
@@ -112,6 +127,11 @@ async def authenticate(
     if missing:
         raise _unauthorized("missing_header", f"missing {', '.join(missing)}", {"missing": missing})
     assert service_id is not None and timestamp is not None and signature is not None  # noqa: PT018
+    if nonce is not None and not nonce_is_valid(nonce):
+        raise _unauthorized(
+            "bad_nonce",
+            "X-Nonce must be at least 16 random bytes as hex or base64url (at most 128 characters)",
+        )
     skew = payments.settings.hmac_clock_skew_sec
     now = payments.clock()
     stamp = _parse_timestamp(timestamp, now, skew)
@@ -122,13 +142,25 @@ async def authenticate(
     body = await request.body()
     raw_path = request.scope.get("raw_path") or request.url.path.encode()
     target = request_target(raw_path.decode("latin-1"), request.scope["query_string"].decode("latin-1"))
-    expected = sign(identity.secret.reveal(), request.method, target, timestamp, body)
+    expected = sign(identity.secret.reveal(), request.method, target, timestamp, body, nonce)
     if len(signature) != SIGNATURE_HEX_CHARS or not signature_matches(expected, signature.lower()):
         raise _unauthorized(
             "bad_signature", "X-Signature does not match the request (see the API description)"
         )
+    limiter: ServiceRateLimiter = request.app.state.rate_limiter
+    wait_sec = limiter.take(identity.id, identity.requests_per_sec_max)
+    if wait_sec is not None:
+        raise ApiError(
+            429, "rate_limited", "this service sends more requests per second than its limit",
+            {"retry_after_sec": round(wait_sec, 3)}, headers={"Retry-After": retry_after_header(wait_sec)},
+        )  # fmt: skip
+    if nonce is None:
+        _warn_no_nonce(identity.id)
+        replay_key = bytes.fromhex(expected)
+    else:
+        replay_key = nonce_replay_key(identity.id, nonce)
     used = UsedSignature(
-        bytes.fromhex(expected), identity.id, datetime.fromtimestamp(stamp, UTC) + timedelta(seconds=skew)
+        replay_key, identity.id, datetime.fromtimestamp(stamp, UTC) + timedelta(seconds=skew)
     )
     if request.method == "POST":
         # Every POST runs in one transaction (`run_idempotent`), which remembers the signature in its
@@ -141,8 +173,23 @@ async def authenticate(
     return identity
 
 
+def _warn_no_nonce(service_id: str) -> None:
+    if service_id in _nonce_deprecation_warned:
+        return
+    if len(_nonce_deprecation_warned) >= CACHE_ENTRIES_MAX:
+        _nonce_deprecation_warned.clear()
+    _nonce_deprecation_warned.add(service_id)
+    log.warning(
+        "request signed without X-Nonce: deprecated, supported for one more release",
+        service_id=service_id,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class UsedSignature:
+    """What the replay memory keeps of an accepted request: the (service, nonce) key, or for a
+    request without a nonce the signature itself (32 bytes either way)."""
+
     signature: bytes
     service_id: str
     expires_at: datetime
@@ -150,7 +197,7 @@ class UsedSignature:
 
 def replayed_error() -> ApiError:
     return _unauthorized(
-        "replayed", "this signature was already used; sign each request with a fresh timestamp"
+        "replayed", "this nonce (or signature) was already used; sign each request with a fresh X-Nonce"
     )
 
 

@@ -2,21 +2,28 @@
 
     {"error": {"code": "...", "message": "...", "details": {...}}}
 
-Client mistakes are 4xx with a stable `code`; a POST whose ledger work met transient conflicts on
-every attempt is a 503 `ledger_busy` to retry; anything unexpected is logged with its traceback and
-answered as a 500 `internal_error` without internals.
+Client mistakes are 4xx with a stable `code`. Faults a client can meet and retry are 503 with
+`Retry-After`: `ledger_busy` (a POST's ledger work met transient conflicts on every attempt),
+`queue_full` (the settlement queue is at its maximum depth; nothing of the request happened) and
+`database_unavailable` (PostgreSQL cannot be reached; one log line per outage, not per request).
+Anything unexpected is logged with its traceback and answered as a 500 `internal_error` without
+internals.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from prometheus_client import Counter
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
+from paymanager.api.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_SEC, DatabaseOutage
 from paymanager.application.errors import (
     AccountReferenceTakenError,
     IdempotencyKeyMissingError,
@@ -24,6 +31,7 @@ from paymanager.application.errors import (
     ServiceNameTakenError,
 )
 from paymanager.domain import errors as domain
+from paymanager.jobs import QueueFullError
 from paymanager.ledger import LedgerConflictError
 from paymanager.logging import get_logger
 
@@ -33,12 +41,20 @@ log = get_logger("paymanager.api")
 class ApiError(Exception):
     """An error a client can act on; raised by routes and dependencies, rendered by the handler."""
 
-    def __init__(self, status: int, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.details = details or {}
+        self.headers = headers
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -67,6 +83,7 @@ _STATUS_CODES = {
     415: "unsupported_media_type",
     422: "validation_error",
     429: "too_many_requests",
+    503: "service_unavailable",
 }
 
 
@@ -100,6 +117,46 @@ def domain_error_body(exc: domain.DomainError) -> dict[str, Any]:
     return error_body(exc.code, exc.message, details)
 
 
+QUEUE_FULL_RETRY_AFTER_SEC = 5
+QUEUE_FULL_LOG_INTERVAL_SEC = 10.0
+
+
+class _QueueFullLog:
+    """One warning per queue per interval while confirms are refused, not one per request."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._refused: dict[str, int] = {}
+
+    def refused(self, queue: str) -> None:
+        now = time.monotonic()
+        self._refused[queue] = self._refused.get(queue, 0) + 1
+        if now - self._last.get(queue, -QUEUE_FULL_LOG_INTERVAL_SEC) >= QUEUE_FULL_LOG_INTERVAL_SEC:
+            log.warning("queue full: refusing enqueues", queue=queue, refused=self._refused.pop(queue))
+            self._last[queue] = now
+        ENQUEUE_REFUSED.labels(queue=queue).inc()
+
+
+ENQUEUE_REFUSED = Counter(
+    "paymanager_enqueue_refused_total", "Requests answered 503 queue_full, by queue.", ["queue"]
+)
+_QUEUE_FULL_LOG = _QueueFullLog()
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path. Starlette's own 405 names only the methods of
+    the first route whose path matched, while FastAPI declares one route per method."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return allowed
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(domain.DomainError)
     async def _domain_error(_: Request, exc: domain.DomainError) -> JSONResponse:
@@ -107,7 +164,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.details)
+        return error_response(exc.status, exc.code, exc.message, exc.details, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -122,9 +179,12 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(422, "validation_error", "the request is not valid", {"errors": problems})
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
+        return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 
     @app.exception_handler(LedgerConflictError)
     async def _ledger_busy(request: Request, exc: LedgerConflictError) -> JSONResponse:
@@ -136,6 +196,27 @@ def install_error_handlers(app: FastAPI) -> None:
             503, "ledger_busy", "the ledger met conflicting concurrent work; send the request again",
             headers={"Retry-After": "1"},
         )  # fmt: skip
+
+    @app.exception_handler(QueueFullError)
+    async def _queue_full(_: Request, exc: QueueFullError) -> JSONResponse:
+        # The work's transaction rolled back whole (no hold, no job): safe to send again later.
+        _QUEUE_FULL_LOG.refused(exc.queue)
+        return error_response(
+            503, "queue_full", "the settlement queue is full; send the request again later",
+            {"queue": exc.queue}, headers={"Retry-After": str(QUEUE_FULL_RETRY_AFTER_SEC)},
+        )  # fmt: skip
+
+    for unavailable in DATABASE_UNAVAILABLE:
+
+        @app.exception_handler(unavailable)
+        async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+            outage: DatabaseOutage | None = getattr(request.app.state, "database_outage", None)
+            if outage is not None:
+                outage.observed(exc)
+            return error_response(
+                503, "database_unavailable", "the database cannot be reached; send the request again",
+                headers={"Retry-After": str(RETRY_AFTER_SEC)},
+            )  # fmt: skip
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

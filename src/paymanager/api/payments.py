@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -10,43 +11,55 @@ from paymanager.api import routes_accounts, routes_channels, routes_intents, rou
 from paymanager.api.auth import ServiceCache
 from paymanager.api.body_limit import BodyLimitMiddleware
 from paymanager.api.event_hub import IntentEventHub
+from paymanager.api.outage import DatabaseOutage
+from paymanager.api.rate_limit import ServiceRateLimiter
+from paymanager.api.schemas import ErrorOut
 from paymanager.application.context import Payments
 
 SIGNING_DOC = """
 ## Authentication
 
-Every route except `/livez`, `/readyz`, `/metrics` and the docs needs three headers:
+Every route except `/livez`, `/readyz`, `/metrics` and the docs needs four headers:
 
 | header | value |
 |---|---|
 | `X-Service-Id` | your service id (`paymanager services create NAME` prints it with the secret, once) |
 | `X-Timestamp` | now, in unix seconds; accepted within ±300 s of the server's clock |
+| `X-Nonce` | at least 16 fresh random bytes per request, as hex or base64url (at most 128 characters) |
 | `X-Signature` | hex HMAC-SHA256, keyed with the UTF-8 bytes of your secret, of the canonical string |
 
-The canonical string is four lines joined by `\\n`:
+The canonical string is five lines joined by `\\n`:
 
 ```
 METHOD            e.g. POST
 PATH?QUERY        the request target exactly as sent; `?QUERY` only when there is a query string
 TIMESTAMP         the X-Timestamp value
+NONCE             the X-Nonce value
 SHA256(BODY)      lower-case hex SHA-256 of the raw body bytes (of the empty string for no body)
 ```
 
 ```python
-import hashlib, hmac, time
-ts = str(int(time.time()))
-canonical = f"POST\\n/intents\\n{ts}\\n{hashlib.sha256(body).hexdigest()}"
+import hashlib, hmac, secrets, time
+ts, nonce = str(int(time.time())), secrets.token_hex(16)
+canonical = f"POST\\n/intents\\n{ts}\\n{nonce}\\n{hashlib.sha256(body).hexdigest()}"
 signature = hmac.new(secret.encode(), canonical.encode(), hashlib.sha256).hexdigest()
 ```
 
-A signature is accepted once: the same signed request sent again inside the window answers
-`401 replayed`, so repeat a request with a fresh timestamp (or vary its query/body).
-Failures answer 401 with `error.code` one of `missing_header`, `unknown_service`,
+Test vector: secret `whsec_test`, `GET /intents?limit=5`, timestamp `1700000000`, nonce
+`000102030405060708090a0b0c0d0e0f`, empty body give the signature
+`f3b03c342b28accd45c2765d70b68c438b6fc683f5238a30647b3285865b4d7b`.
+
+A nonce is accepted once per service inside the window: the same nonce again answers
+`401 replayed`, while the same request with a fresh nonce is a new request (a script may poll
+`GET /intents/{id}` as often as it likes). Requests without `X-Nonce` are still checked against the
+older four-line string (no NONCE line) for one release, with a deprecation warning in the server's
+log; for them the signature itself is what is accepted once.
+Failures answer 401 with `error.code` one of `missing_header`, `bad_nonce`, `unknown_service`,
 `stale_timestamp`, `bad_signature`, `replayed`.
 
 From a shell: `paymanager call POST /intents '{"channel": ...}'` signs and sends a request
 (service id and secret from `PAYMANAGER_SERVICE_ID` / `PAYMANAGER_SERVICE_SECRET`), and
-`paymanager sign METHOD PATH [BODY]` prints the three headers for curl.
+`paymanager sign METHOD PATH [BODY]` prints the four headers for curl.
 
 ## Idempotency
 
@@ -60,18 +73,48 @@ Every error has one shape: `{"error": {"code": "...", "message": "...", "details
 """
 
 
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorOut, "description": description}
+
+
+# Every signed route can answer these, in the one error shape; the OpenAPI lists them so a client
+# generated from it knows them.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _error("Bad request (e.g. a missing or malformed Idempotency-Key)."),
+    401: _error(
+        "Not authenticated: missing_header, bad_nonce, stale_timestamp, unknown_service, "
+        "bad_signature or replayed."
+    ),
+    403: _error("The route needs a scope the caller lacks."),
+    404: _error("No such resource for this caller."),
+    409: _error("Conflict: an invalid state transition or an Idempotency-Key reused with another request."),
+    413: _error("The body is larger than API_MAX_BODY_BYTES."),
+    422: _error("The request is not valid (the details name each field)."),
+    429: _error("Too many requests; Retry-After says when to try again."),
+    503: _error(
+        "Temporarily unavailable (ledger_busy, queue_full, database_unavailable); "
+        "Retry-After says when to try again. Nothing of the request happened."
+    ),
+}
+
+
 def install_payments_api(payments: Payments, hub: IntentEventHub) -> Callable[[FastAPI], None]:
     """A callable for `runtime.registry["api_routers"]`, applied by `create_app`."""
 
     def install(app: FastAPI) -> None:
         app.state.payments = payments
+        app.state.database_outage = DatabaseOutage(payments.pool)
         app.state.event_hub = hub
         app.state.service_cache = ServiceCache(payments.settings.service_cache_ttl_ms)
+        app.state.rate_limiter = ServiceRateLimiter(payments.settings.api_requests_per_sec_per_service)
         app.description = (app.description or "") + SIGNING_DOC
         app.add_middleware(BodyLimitMiddleware, max_bytes=payments.settings.api_max_body_bytes)
-        app.include_router(routes_accounts.router)
-        app.include_router(routes_intents.router)
-        app.include_router(routes_policies.router)
-        app.include_router(routes_channels.router)
+        for router in (
+            routes_accounts.router,
+            routes_intents.router,
+            routes_policies.router,
+            routes_channels.router,
+        ):
+            app.include_router(router, responses=ERROR_RESPONSES)
 
     return install

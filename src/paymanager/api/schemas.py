@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Annotated, Any, Literal
 
@@ -10,12 +11,36 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, fi
 
 from paymanager.domain.channels import ChannelName
 from paymanager.domain.intents import IntentStatus
-from paymanager.domain.money import MAX_AMOUNT_MINOR
+from paymanager.domain.money import CURRENCIES, MAX_AMOUNT_MINOR
 
 METADATA_BYTES_MAX = 4_096
 
 Amount = Annotated[StrictInt, Field(gt=0, le=MAX_AMOUNT_MINOR, description="Minor units (cents, satang).")]
-CurrencyCode = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code, e.g. THB.")]
+# The schema lists the supported codes; a code outside them is refused by the domain with 422
+# `unknown_currency`, which names the supported ones.
+CurrencyCode = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Z]{3}$",
+        description="ISO 4217 code of a supported currency, e.g. THB.",
+        json_schema_extra={"enum": sorted(CURRENCIES)},
+    ),
+]
+
+
+def _finite_numbers(value: Any, path: str) -> None:
+    """Refuse numbers JSON cannot carry faithfully: NaN and the infinities (Python's parser accepts
+    `NaN`, `Infinity` and turns `1e400` into infinity; stored as JSON they would silently become null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(
+            f"{path} must be a finite number (NaN, Infinity and out-of-range numbers are refused)"
+        )
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _finite_numbers(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _finite_numbers(item, f"{path}[{index}]")
 
 
 def _no_nul(value: Any) -> Any:
@@ -109,6 +134,7 @@ class IntentCreate(_Strict):
     @field_validator("metadata")
     @classmethod
     def _small(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _finite_numbers(value, "metadata")
         try:
             encoded = orjson.dumps(value)
         except orjson.JSONEncodeError as exc:

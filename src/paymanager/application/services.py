@@ -28,6 +28,8 @@ class ServiceIdentity:
     scopes: frozenset[str]
     secret: Secret[bytes]
     disabled: bool = False
+    # The service's own API rate limit; None: the process default (API_REQUESTS_PER_SEC_PER_SERVICE).
+    requests_per_sec_max: int | None = None
 
     @property
     def is_admin(self) -> bool:
@@ -55,8 +57,20 @@ async def load_service(conn: Conn, box: SecretBox, service_id: str) -> ServiceId
         return None
     secret = box.open(Sealed(row["secret_key_id"], row["secret_ciphertext"]), service_id.encode())
     return ServiceIdentity(
-        row["id"], row["name"], frozenset(row["scopes"]), secret, row["disabled_at"] is not None
-    )
+        row["id"], row["name"], frozenset(row["scopes"]), secret, row["disabled_at"] is not None,
+        row["requests_per_sec_max"],
+    )  # fmt: skip
+
+
+REQUESTS_PER_SEC_MAX = 1_000_000
+
+
+async def set_rate_limit(conn: Conn, service_id: str, requests_per_sec: int | None) -> bool:
+    """Give a service its own limit of API requests per second (None: the default); False when there
+    is no such service. Each api process applies it within SERVICE_CACHE_TTL_MS."""
+    if requests_per_sec is not None and not 1 <= requests_per_sec <= REQUESTS_PER_SEC_MAX:
+        raise ValueError(f"requests per second must be within [1, {REQUESTS_PER_SEC_MAX}]")
+    return await conn.fetchval(Q["service_set_rate_limit"], service_id, requests_per_sec) is not None
 
 
 async def list_services(conn: Conn) -> list[dict[str, object]]:

@@ -6,12 +6,17 @@ ON CONFLICT (name) DO NOTHING
 RETURNING id, name, scopes, created_at;
 
 -- name: service_get
-SELECT id, name, secret_ciphertext, secret_key_id, scopes, disabled_at
+SELECT id, name, secret_ciphertext, secret_key_id, scopes, disabled_at, requests_per_sec_max
   FROM service
  WHERE id = $1;
 
 -- name: service_list
-SELECT id, name, scopes, created_at, disabled_at FROM service ORDER BY created_at LIMIT $1;
+SELECT id, name, scopes, created_at, disabled_at, requests_per_sec_max
+  FROM service ORDER BY created_at LIMIT $1;
+
+-- name: service_set_rate_limit
+-- Sets (or with NULL removes) a service's own requests-per-second limit; returns nothing for no such service.
+UPDATE service SET requests_per_sec_max = $2 WHERE id = $1 RETURNING id;
 
 -- name: request_signature_remember
 -- Records a signature; returns a row only the first time it is seen (a replay returns nothing).

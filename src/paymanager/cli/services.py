@@ -65,7 +65,46 @@ def list_() -> None:
     for row in asyncio.run(run()):
         scopes = ",".join(row["scopes"]) or "-"  # type: ignore[arg-type]
         disabled = " (disabled)" if row["disabled_at"] else ""
-        typer.echo(f"{row['id']}  {row['name']}  scopes={scopes}{disabled}")
+        limit = row["requests_per_sec_max"] or "default"
+        typer.echo(f"{row['id']}  {row['name']}  scopes={scopes}  rate_limit={limit}{disabled}")
+
+
+@services_app.command("rate-limit")
+def rate_limit(
+    service_id: Annotated[str, typer.Argument(help="The service's id (svc_...).")],
+    per_sec: Annotated[str, typer.Argument(help="Requests per second per api process, or `default`.")],
+) -> None:
+    """Give a service its own API rate limit (429 rate_limited beyond it), or back the default."""
+    from paymanager.application.services import set_rate_limit
+    from paymanager.cli import fail, load_settings
+    from paymanager.db.pool import connect
+    from paymanager.runtime import resolve_database_url
+
+    if per_sec == "default":
+        limit: int | None = None
+    else:
+        try:
+            limit = int(per_sec)
+        except ValueError:
+            raise typer.BadParameter(f"{per_sec!r} is neither a number nor `default`") from None
+    settings = load_settings()
+
+    async def run() -> bool:
+        conn = await connect(resolve_database_url(settings), application_name="paymanager:services")
+        try:
+            return await set_rate_limit(conn, service_id, limit)
+        finally:
+            await conn.close()
+
+    try:
+        found = asyncio.run(run())
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if not found:
+        fail(f"no service {service_id!r}")
+    typer.echo(
+        f"{service_id}: rate limit {limit if limit is not None else 'default'} requests/s per api process"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -35,8 +35,8 @@ def sign_command(
     service_id: ServiceId = "",
     secret: Secret = "",
 ) -> None:
-    """Print the X-Service-Id, X-Timestamp and X-Signature headers of one request (valid ±300 s, once),
-    and a fresh Idempotency-Key for a POST."""
+    """Print the X-Service-Id, X-Timestamp, X-Nonce and X-Signature headers of one request (valid
+    ±300 s, once), and a fresh Idempotency-Key for a POST."""
     if not service_id or not secret:
         raise typer.BadParameter("set --service-id and --secret (or PAYMANAGER_SERVICE_ID/_SECRET)")
     headers = signed_headers(

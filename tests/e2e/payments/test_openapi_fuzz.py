@@ -1,4 +1,6 @@
-"""schemathesis against the running server's /openapi.json with valid signatures: no answer is a 5xx."""
+"""schemathesis against the running server's /openapi.json with valid signatures: no answer is a 5xx,
+and every answer conforms to the schema (status codes listed, bodies and content types as described,
+405s with a true Allow header)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,13 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schemathesis.core.failures import FailureGroup
+from schemathesis.specs.openapi.checks import (
+    allow_header_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from paymanager.api.signing import signed_headers
 from tests.support.servers import Server
@@ -18,6 +27,12 @@ from tests.support.servers import Server
 pytestmark = pytest.mark.slow
 
 EXAMPLES_PER_OPERATION = 30
+CONFORMANCE = [
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    allow_header_conformance,
+]
 
 
 class HmacAuth(requests.auth.AuthBase):
@@ -64,6 +79,11 @@ def test_no_generated_request_gets_a_server_error(server: Server) -> None:
                 failures.append(
                     f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}"
                 )
+                return
+            try:
+                case.validate_response(response, checks=CONFORMANCE)
+            except FailureGroup as exc:
+                failures.append(f"{case.method} {case.formatted_path} -> {response.status_code}: {exc}"[:600])
 
         check()
     errors = [line for line in server.process.output.splitlines() if "unhandled error" in line]

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import asyncpg
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from paymanager import bootstrap
 from paymanager.api.app import create_app
@@ -38,6 +39,7 @@ class Api:
     admin: SignedClient
     client: SignedClient
     http: httpx.AsyncClient
+    app: FastAPI
 
 
 async def build_runtime(pool: asyncpg.Pool, database_url: str, **overrides: object) -> Runtime:
@@ -73,7 +75,7 @@ async def api(pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
         yield Api(
             runtime, payments, clock, SignedClient(http, admin.id, admin_secret),
-            SignedClient(http, plain.id, plain_secret), http,
+            SignedClient(http, plain.id, plain_secret), http, app,
         )  # fmt: skip
     for service in reversed(services):
         await service.stop(5)

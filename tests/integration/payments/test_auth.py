@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import orjson
+from structlog.testing import capture_logs
 
+from paymanager.api.signing import new_nonce, sign, signed_headers
 from tests.integration.payments.conftest import Api
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -24,7 +26,7 @@ async def test_health_and_docs_need_no_signature(api: Api) -> None:
 
 async def test_each_missing_header_is_named(api: Api) -> None:
     headers = api.client.headers_for("GET", "/intents", b"")
-    for missing in headers:
+    for missing in ("X-Service-Id", "X-Timestamp", "X-Signature"):
         partial = {k: v for k, v in headers.items() if k != missing}
         response = await api.http.get("/intents", headers=partial)
         assert response.status_code == 401
@@ -149,3 +151,69 @@ async def test_every_post_route_refuses_a_replayed_signature(api: Api) -> None:
         again = await api.http.post(concrete, content=body, headers=headers)
         assert again.status_code == 401, (path, again.text)
         assert again.json()["error"]["code"] == "replayed"
+
+
+async def test_the_same_read_twice_in_one_second_with_fresh_nonces_is_accepted(api: Api) -> None:
+    stamp = int(datetime.now(UTC).timestamp())
+    for _ in range(3):
+        headers = signed_headers(
+            api.client.service_id, api.client.secret.encode(), "GET", "/intents", stamp, b""
+        )
+        response = await api.http.get("/intents", headers=headers)
+        assert response.status_code == 200, response.text
+
+
+async def test_a_nonce_seen_again_is_replayed_even_with_another_timestamp(api: Api) -> None:
+    stamp = int(datetime.now(UTC).timestamp())
+    nonce = new_nonce()
+    secret = api.client.secret.encode()
+    first = signed_headers(api.client.service_id, secret, "GET", "/intents", stamp, b"", nonce)
+    assert (await api.http.get("/intents", headers=first)).status_code == 200
+    later = signed_headers(api.client.service_id, secret, "GET", "/intents", stamp - 1, b"", nonce)
+    again = await api.http.get("/intents", headers=later)
+    assert again.status_code == 401
+    assert again.json()["error"]["code"] == "replayed"
+
+
+async def test_the_same_nonce_from_another_service_is_not_a_replay(api: Api) -> None:
+    stamp = int(datetime.now(UTC).timestamp())
+    nonce = new_nonce()
+    for client in (api.client, api.admin):
+        headers = signed_headers(
+            client.service_id, client.secret.encode(), "GET", "/intents", stamp, b"", nonce
+        )
+        assert (await api.http.get("/intents", headers=headers)).status_code == 200
+
+
+async def test_a_malformed_nonce_is_refused_as_bad_nonce(api: Api) -> None:
+    stamp = int(datetime.now(UTC).timestamp())
+    for bad in ("short", "ab" * 15, "x" * 200, "not base64!" * 3):
+        headers = signed_headers(
+            api.client.service_id, api.client.secret.encode(), "GET", "/intents", stamp, b"", bad
+        )
+        response = await api.http.get("/intents", headers=headers)
+        assert response.status_code == 401, bad
+        assert response.json()["error"]["code"] == "bad_nonce", bad
+
+
+async def test_removing_the_nonce_breaks_the_signature(api: Api) -> None:
+    headers = api.client.headers_for("GET", "/intents", b"")
+    del headers["X-Nonce"]
+    response = await api.http.get("/intents", headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "bad_signature"
+
+
+async def test_a_request_without_a_nonce_is_accepted_once_with_a_deprecation_warning(api: Api) -> None:
+    stamp = int(datetime.now(UTC).timestamp())
+    signature = sign(api.client.secret.encode(), "GET", "/intents", str(stamp), b"")
+    headers = {"X-Service-Id": api.client.service_id, "X-Timestamp": str(stamp), "X-Signature": signature}
+    with capture_logs() as logs:
+        first = await api.http.get("/intents", headers=headers)
+        again = await api.http.get("/intents", headers=headers)
+    assert first.status_code == 200, first.text
+    assert again.status_code == 401
+    assert again.json()["error"]["code"] == "replayed"
+    warnings = [entry for entry in logs if "without X-Nonce" in entry["event"]]
+    assert len(warnings) == 1
+    assert warnings[0]["service_id"] == api.client.service_id

@@ -10,7 +10,16 @@ import os
 import pytest
 
 from paymanager.adapters.secret_box import Secret, SecretBox, SecretBoxError, key_id_of
-from paymanager.api.signing import canonical_request, request_target, sign, signature_matches, signed_headers
+from paymanager.api.payments import SIGNING_DOC
+from paymanager.api.signing import (
+    canonical_request,
+    nonce_is_valid,
+    nonce_replay_key,
+    request_target,
+    sign,
+    signature_matches,
+    signed_headers,
+)
 
 
 def test_canonical_string_is_method_target_timestamp_and_body_hash() -> None:
@@ -46,9 +55,48 @@ def test_signature_comparison_accepts_equal_and_refuses_other_or_non_ascii() -> 
     assert not signature_matches(value, "é" * 64)
 
 
-def test_signed_headers_carry_the_three_names() -> None:
+def test_signed_headers_carry_the_four_names_and_a_fresh_nonce_each_time() -> None:
     headers = signed_headers("svc_x", b"k", "GET", "/", 5, b"")
-    assert set(headers) == {"X-Service-Id", "X-Timestamp", "X-Signature"}
+    assert set(headers) == {"X-Service-Id", "X-Timestamp", "X-Nonce", "X-Signature"}
+    assert nonce_is_valid(headers["X-Nonce"])
+    again = signed_headers("svc_x", b"k", "GET", "/", 5, b"")
+    assert again["X-Nonce"] != headers["X-Nonce"]
+    assert again["X-Signature"] != headers["X-Signature"]
+
+
+def test_the_documented_test_vector_holds() -> None:
+    # The vector the API description publishes for client authors (api/payments.py, SIGNING_DOC).
+    nonce = "000102030405060708090a0b0c0d0e0f"
+    canonical = canonical_request("GET", "/intents?limit=5", "1700000000", b"", nonce)
+    assert canonical == (
+        b"GET\n/intents?limit=5\n1700000000\n000102030405060708090a0b0c0d0e0f\n"
+        b"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    )
+    expected = "f3b03c342b28accd45c2765d70b68c438b6fc683f5238a30647b3285865b4d7b"
+    assert sign(b"whsec_test", "GET", "/intents?limit=5", "1700000000", b"", nonce) == expected
+    assert expected in SIGNING_DOC
+
+
+def test_the_nonce_is_signed_and_a_request_without_one_uses_the_older_string() -> None:
+    with_nonce = sign(b"k", "GET", "/", "1", b"", "00" * 16)
+    assert with_nonce != sign(b"k", "GET", "/", "1", b"", "01" * 16)
+    assert canonical_request("GET", "/", "1", b"").count(b"\n") == 3
+    assert canonical_request("GET", "/", "1", b"", "00" * 16).count(b"\n") == 4
+
+
+def test_nonces_need_sixteen_bytes_as_hex_or_base64url() -> None:
+    assert nonce_is_valid("ab" * 16)
+    assert nonce_is_valid(base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("="))
+    assert nonce_is_valid(base64.urlsafe_b64encode(os.urandom(16)).decode())
+    for bad in ("", "ab" * 15, "zz" * 16 + "!", "a" * 129, "é" * 32, "short"):
+        assert not nonce_is_valid(bad), bad
+
+
+def test_nonce_replay_keys_differ_by_service_and_nonce() -> None:
+    key = nonce_replay_key("svc_a", "00" * 16)
+    assert len(key) == 32
+    assert key != nonce_replay_key("svc_b", "00" * 16)
+    assert key != nonce_replay_key("svc_a", "01" * 16)
 
 
 def test_secret_box_round_trip_is_bound_to_its_owner() -> None:
