@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
 from typing import Any
@@ -12,30 +11,21 @@ import orjson
 
 from paymanager.api.signing import signed_headers
 
-_nonce = itertools.count(1)
-
 
 class SignedClient:
-    """Signs requests for one service, as a careful real client would: a signature is accepted once,
-    so GETs get a unique `nonce` query parameter, and a request identical to one already signed in
-    the same second (a retry under the same Idempotency-Key) is signed with an earlier second."""
+    """Signs requests for one service as DESIGN §7 says: every request with a fresh X-Nonce, unless
+    a test passes the nonce (and timestamp) of an earlier request to replay it exactly."""
 
     def __init__(self, http: httpx.AsyncClient, service_id: str, secret: str) -> None:
         self.http = http
         self.service_id = service_id
         self.secret = secret
-        self._used: set[str] = set()
 
     def headers_for(
-        self, method: str, target: str, body: bytes, timestamp: int | None = None
+        self, method: str, target: str, body: bytes, timestamp: int | None = None, nonce: str | None = None
     ) -> dict[str, str]:
         stamp = int(time.time()) if timestamp is None else timestamp
-        headers = signed_headers(self.service_id, self.secret.encode(), method, target, stamp, body)
-        while timestamp is None and headers["X-Signature"] in self._used:
-            stamp -= 1
-            headers = signed_headers(self.service_id, self.secret.encode(), method, target, stamp, body)
-        self._used.add(headers["X-Signature"])
-        return headers
+        return signed_headers(self.service_id, self.secret.encode(), method, target, stamp, body, nonce)
 
     async def request(
         self,
@@ -45,19 +35,17 @@ class SignedClient:
         *,
         key: str | None = None,
         timestamp: int | None = None,
+        nonce: str | None = None,
         extra_headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         body = b"" if payload is None else orjson.dumps(payload)
-        target = path
-        if method == "GET":
-            target += ("&" if "?" in path else "?") + f"nonce={next(_nonce)}"
-        headers = self.headers_for(method, target, body, timestamp)
+        headers = self.headers_for(method, path, body, timestamp, nonce)
         if body:
             headers["Content-Type"] = "application/json"
         if method == "POST":
             headers["Idempotency-Key"] = key or str(uuid.uuid4())
         headers.update(extra_headers or {})
-        return await self.http.request(method, target, content=body, headers=headers)
+        return await self.http.request(method, path, content=body, headers=headers)
 
     async def post(self, path: str, payload: Any = None, *, key: str | None = None) -> httpx.Response:
         return await self.request("POST", path, payload, key=key)

@@ -15,7 +15,8 @@ from paymanager.logging import get_logger
 log = get_logger("paymanager.api")
 
 # The errors that mean "the database cannot be reached right now", as opposed to a bug: refused or
-# reset connections, a server starting up or shutting down, a pool that could not connect in time.
+# reset connections, a server starting up or shutting down, a pool that could not connect in time,
+# a server out of connections, memory or disk (SQLSTATE class 53).
 DATABASE_UNAVAILABLE = (
     OSError,
     TimeoutError,
@@ -25,6 +26,7 @@ DATABASE_UNAVAILABLE = (
     asyncpg.CrashShutdownError,
     asyncpg.ConnectionDoesNotExistError,
     asyncpg.InterfaceError,
+    asyncpg.InsufficientResourcesError,
 )
 RETRY_AFTER_SEC = 2
 PROBE_INTERVAL_SEC = 1.0

@@ -23,11 +23,11 @@ import httpx
 import pytest
 
 from paymanager.db import migrations
-from tests.e2e.payments.conftest import create_service
-from tests.integration.payments.signed_client import SignedClient
 from tests.support.private_postgres import PrivatePostgres
 from tests.support.private_redis import PrivateRedis
 from tests.support.processes import PaymanagerProcess, free_port, paymanager_env, run_cli
+from tests.support.servers import create_service
+from tests.support.signed_client import SignedClient
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ from paymanager.application.services import create_service
 from paymanager.db import migrations
 from paymanager.db.pool import create_pool
 from tests.integration.payments.conftest import build_runtime
-from tests.integration.payments.signed_client import SignedClient
 from tests.support.private_postgres import PrivatePostgres
+from tests.support.signed_client import SignedClient
 
 RECOVERY_WAIT_SEC = 60
 

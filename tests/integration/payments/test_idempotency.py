@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from paymanager.api.signing import new_nonce
 from tests.integration.payments.conftest import Api
 
 
@@ -81,14 +82,14 @@ async def test_a_refused_confirm_stores_its_refusal_keeps_its_signature_and_hold
     }  # fmt: skip
     created = await api.client.post("/intents", body)
     path = f"/intents/{created.json()['id']}/confirm"
-    stamp = int(time.time())
-    refused = await api.client.request("POST", path, key="broke", timestamp=stamp)
+    stamp, nonce = int(time.time()), new_nonce()
+    refused = await api.client.request("POST", path, key="broke", timestamp=stamp, nonce=nonce)
     assert refused.status_code == 422
     assert refused.json()["error"]["code"] == "insufficient_funds"
-    replayed = await api.client.request("POST", path, key="broke", timestamp=stamp)
+    replayed = await api.client.request("POST", path, key="broke", timestamp=stamp, nonce=nonce)
     assert replayed.status_code == 401
     assert replayed.json()["error"]["code"] == "replayed"
-    again = await api.client.request("POST", path, key="broke", timestamp=stamp - 1)
+    again = await api.client.request("POST", path, key="broke")
     assert again.status_code == 422
     assert again.headers["Idempotent-Replayed"] == "true"
     assert again.json() == refused.json()
