@@ -1,0 +1,50 @@
+"""Waiting on lock conditions instead of sleeping: a test holds a transaction open on one connection,
+acts on another, and asks PostgreSQL (pg_stat_activity) whether the second now waits for a lock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+import asyncpg
+
+T = TypeVar("T")
+
+POLL_S = 0.01
+# A correctness bound: the test fails when the condition never holds, it never waits this long else.
+WAIT_S_MAX = 15.0
+
+_WAITING_ON_A_LOCK = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1"
+
+
+async def waits_on_a_lock(pool: asyncpg.Pool, pid: int) -> bool:
+    """True while backend `pid` waits for a heavyweight lock (a row, a transaction, an advisory lock)."""
+    return bool(await pool.fetchval(_WAITING_ON_A_LOCK, pid))
+
+
+async def wait_for_lock_waiter(pool: asyncpg.Pool, pid: int, timeout_s: float = WAIT_S_MAX) -> None:
+    """Return once backend `pid` waits for a lock; AssertionError if it does not within `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await waits_on_a_lock(pool, pid):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"backend {pid} did not wait for a lock within {timeout_s}s")
+        await asyncio.sleep(POLL_S)
+
+
+async def finishes_without_waiting(
+    pool: asyncpg.Pool, pid: int, work: Awaitable[T], timeout_s: float = WAIT_S_MAX
+) -> tuple[bool, asyncio.Task[T]]:
+    """Run `work` (a statement on backend `pid`) until it finishes or `pid` waits for a lock.
+
+    Returns (True, the done task) when it finished without ever being seen waiting, (False, the task
+    still running) when it waits: the caller must then release the lock it holds and await the task."""
+    task = asyncio.ensure_future(work)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not task.done():
+        if await waits_on_a_lock(pool, pid):
+            return False, task
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"backend {pid} neither finished nor waited within {timeout_s}s")
+        await asyncio.wait({task}, timeout=POLL_S)
+    return True, task
