@@ -48,3 +48,23 @@ async def finishes_without_waiting(
             raise AssertionError(f"backend {pid} neither finished nor waited within {timeout_s}s")
         await asyncio.wait({task}, timeout=POLL_S)
     return True, task
+
+
+async def wait_for_a_waiter_behind(
+    pool: asyncpg.Pool, blocker_pid: int, timeout_s: float = WAIT_S_MAX
+) -> int:
+    """The pid of a backend that waits for a lock held by backend `blocker_pid` (a transaction the
+    test holds open), once there is one; for work whose connection the test does not choose (an
+    API request, a worker's pool)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        pid = await pool.fetchval(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND $1 = ANY (pg_blocking_pids(pid)) LIMIT 1",
+            blocker_pid,
+        )
+        if pid is not None:
+            return int(pid)
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"nothing waited for a lock of backend {blocker_pid} within {timeout_s}s")
+        await asyncio.sleep(POLL_S)
