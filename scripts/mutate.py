@@ -51,16 +51,17 @@ def problems(mutation: Mutation, root: Path = ROOT) -> list[str]:
         return [f"{mutation.name}: {mutation.file} does not exist"]
     count = path.read_text().count(mutation.original)
     if count != 1:
-        found.append(
-            f"{mutation.name}: the original snippet is found {count} times in {mutation.file}, not once"
-        )
+        found.append(f"{mutation.name}: its original is found {count} times in {mutation.file}, not once")
     if mutation.original == mutation.replacement:
         found.append(f"{mutation.name}: the replacement changes nothing")
     if not mutation.tests:
         found.append(f"{mutation.name}: no tests are named to catch it")
     for test in mutation.tests:
-        if not (root / test.split("::")[0]).exists():
-            found.append(f"{mutation.name}: test path {test} does not exist")
+        test_path, _, function = test.partition("::")
+        if not (root / test_path).exists():
+            found.append(f"{mutation.name}: test path {test_path} does not exist")
+        elif function and f"def {function.split('[')[0]}(" not in (root / test_path).read_text():
+            found.append(f"{mutation.name}: {test_path} has no test {function}")
     if not mutation.why.strip():
         found.append(f"{mutation.name}: says no why")
     return found
