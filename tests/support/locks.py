@@ -33,21 +33,34 @@ async def wait_for_lock_waiter(pool: asyncpg.Pool, pid: int, timeout_s: float = 
 
 
 async def finishes_without_waiting(
-    pool: asyncpg.Pool, pid: int, work: Awaitable[T], timeout_s: float = WAIT_S_MAX
+    pool: asyncpg.Pool, holder_pid: int, work: Awaitable[T], timeout_s: float = WAIT_S_MAX
 ) -> tuple[bool, asyncio.Task[T]]:
-    """Run `work` (a statement on backend `pid`) until it finishes or `pid` waits for a lock.
+    """Run `work` until it finishes or some backend waits for a lock that backend `holder_pid` (a
+    transaction the test holds open) holds.
 
-    Returns (True, the done task) when it finished without ever being seen waiting, (False, the task
-    still running) when it waits: the caller must then release the lock it holds and await the task."""
+    Returns (True, the done task) when it finished without anything seen waiting, (False, the task
+    still running) when something waits: the caller must then end the holder's transaction and
+    await the task."""
     task = asyncio.ensure_future(work)
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not task.done():
-        if await waits_on_a_lock(pool, pid):
+        if await _waiter_behind(pool, holder_pid) is not None:
             return False, task
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"backend {pid} neither finished nor waited within {timeout_s}s")
+            raise AssertionError(
+                f"work neither finished nor waited for backend {holder_pid} within {timeout_s}s"
+            )
         await asyncio.wait({task}, timeout=POLL_S)
     return True, task
+
+
+async def _waiter_behind(pool: asyncpg.Pool, holder_pid: int) -> int | None:
+    pid = await pool.fetchval(
+        "SELECT pid FROM pg_stat_activity"
+        " WHERE wait_event_type = 'Lock' AND $1 = ANY (pg_blocking_pids(pid)) LIMIT 1",
+        holder_pid,
+    )
+    return None if pid is None else int(pid)
 
 
 async def wait_for_a_waiter_behind(
@@ -57,14 +70,8 @@ async def wait_for_a_waiter_behind(
     test holds open), once there is one; for work whose connection the test does not choose (an
     API request, a worker's pool)."""
     deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        pid = await pool.fetchval(
-            "SELECT pid FROM pg_stat_activity"
-            " WHERE wait_event_type = 'Lock' AND $1 = ANY (pg_blocking_pids(pid)) LIMIT 1",
-            blocker_pid,
-        )
-        if pid is not None:
-            return int(pid)
+    while (pid := await _waiter_behind(pool, blocker_pid)) is None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"nothing waited for a lock of backend {blocker_pid} within {timeout_s}s")
         await asyncio.sleep(POLL_S)
+    return pid

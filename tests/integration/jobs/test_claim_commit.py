@@ -209,7 +209,7 @@ async def test_each_claim_skips_a_job_another_transaction_has_locked_and_takes_t
             await held.start()
             await holder.execute("SELECT 1 FROM job WHERE id = $1 FOR UPDATE", first.id)
             claim = claimer.fetch(Q[statement], *CLAIM_ARGS[statement](False))
-            finished, task = await finishes_without_waiting(pool, claimer.get_server_pid(), claim)
+            finished, task = await finishes_without_waiting(pool, holder.get_server_pid(), claim)
             await held.rollback()  # lets a claim that did wait end, before the test fails
             claimed = {row["id"] for row in await task}
             assert finished, f"{statement} waited for the locked job instead of skipping it"

@@ -20,6 +20,7 @@ from paymanager.jobs import (
 from paymanager.jobs.maintenance import Maintenance
 from paymanager.jobs.periodic import current_slot
 from tests.integration.jobs.conftest import StartWorker, wait_state, wait_until
+from tests.support.locks import finishes_without_waiting
 
 
 async def claim_as_ghost(pool: asyncpg.Pool, queue: str = "default", lease_ms: int = 1) -> list[int]:
@@ -70,6 +71,27 @@ async def test_live_lease_is_not_rescued(pool: asyncpg.Pool, database_url: str) 
     await claim_as_ghost(pool, lease_ms=60_000)
     await Maintenance(pool, database_url).rescue()
     assert await pool.fetchval("SELECT state FROM job WHERE id = $1", job.id) == "running"
+
+
+async def test_rescuer_skips_an_expired_job_whose_row_is_locked_and_rescues_the_others(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    """A shared settlement transaction locks the rows of the jobs it completes (hold_leases): the
+    rescuer must neither wait for it nor take the job from under it."""
+    locked, free = (await enqueue(pool, "k", {})).id, (await enqueue(pool, "k", {})).id
+    await claim_as_ghost(pool, lease_ms=60_000)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    maintenance = Maintenance(pool, database_url, clock=lambda: later)
+    async with pool.acquire() as holder:
+        held = holder.transaction()
+        await held.start()
+        await holder.execute("SELECT 1 FROM job WHERE id = $1 FOR UPDATE", locked)
+        finished, rescue = await finishes_without_waiting(pool, holder.get_server_pid(), maintenance.rescue())
+        await held.rollback()  # lets a rescue that did wait end, before the test fails
+        await rescue
+    assert finished, "the rescuer waited for a locked job instead of skipping it"
+    states = dict(await pool.fetch("SELECT id, state::text FROM job"))
+    assert states == {locked: "running", free: "available"}
 
 
 async def test_pruner_keeps_recent_and_newest_finished_jobs(pool: asyncpg.Pool, database_url: str) -> None:
