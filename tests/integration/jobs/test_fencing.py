@@ -163,18 +163,18 @@ async def test_a_stale_attempts_transaction_is_refused_while_the_new_attempt_sti
 ) -> None:
     await enqueue(pool, "pay", {})
     stale = await claim(pool, "first")
-    running: list[JobContext] = []
+    taken: list[JobContext] = []
 
     async def write_while_the_lease_moves_on() -> None:
         async with stale.transaction(result="first") as conn:
             await conn.execute("INSERT INTO effect VALUES ($1, 'first')", stale.id)
             # Inside the block, past its lease check, the stalled attempt loses the job.
             await rescue_as_if_later(pool, database_url)
-            running.append(await claim(pool, "second"))
+            taken.append(await claim(pool, "second"))
 
     with pytest.raises(LeaseLostError):
         await write_while_the_lease_moves_on()
-    (running,) = running
+    (running,) = taken
     await held_by(pool, running)
     assert await pool.fetchval("SELECT count(*) FROM effect") == 0
     async with running.transaction(result="second") as conn:
