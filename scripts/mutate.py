@@ -142,4 +142,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted: the file under mutation was restored", file=sys.stderr)
+        sys.exit(130)

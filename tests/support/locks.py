@@ -15,22 +15,6 @@ POLL_S = 0.01
 # A correctness bound: the test fails when the condition never holds, it never waits this long else.
 WAIT_S_MAX = 15.0
 
-_WAITING_ON_A_LOCK = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1"
-
-
-async def waits_on_a_lock(pool: asyncpg.Pool, pid: int) -> bool:
-    """True while backend `pid` waits for a heavyweight lock (a row, a transaction, an advisory lock)."""
-    return bool(await pool.fetchval(_WAITING_ON_A_LOCK, pid))
-
-
-async def wait_for_lock_waiter(pool: asyncpg.Pool, pid: int, timeout_s: float = WAIT_S_MAX) -> None:
-    """Return once backend `pid` waits for a lock; AssertionError if it does not within `timeout_s`."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not await waits_on_a_lock(pool, pid):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"backend {pid} did not wait for a lock within {timeout_s}s")
-        await asyncio.sleep(POLL_S)
-
 
 async def finishes_without_waiting(
     pool: asyncpg.Pool, holder_pid: int, work: Awaitable[T], timeout_s: float = WAIT_S_MAX
