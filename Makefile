@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_WORKERS ?= 4
 
-.PHONY: run test lint typecheck unit migrate clean docs bench-driver chaos
+.PHONY: run test lint typecheck unit migrate clean docs bench-driver chaos mutate
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ migrate: $(BIN)/.installed
 ## bench-*: the benchmarks of bench/, each printing figures beside a same-run baseline.
 bench-driver: $(BIN)/.installed-bench
 	$(BIN)/python bench/driver.py
+
+## mutate: break each line of scripts/mutations.toml in turn; the tests named must catch every one
+## (docs/ARCHITECTURE.md, "Mutation checks"). Slow, so not part of `make test`.
+mutate: $(BIN)/.installed
+	$(BIN)/python scripts/mutate.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -17,6 +17,7 @@ import asyncpg
 from paymanager.jobs import JobContext, NewJob, Registry, enqueue, enqueue_many
 from paymanager.jobs._queries import Q
 from tests.integration.jobs.conftest import FAST, StartWorker, wait_until
+from tests.support.locks import finishes_without_waiting
 
 CLAIM_ARGS = {
     # statement: the arguments of a claim of up to 10 jobs of `default` that completes nothing
@@ -192,3 +193,25 @@ async def test_a_claim_starts_its_jobs_before_it_settles_the_completions_it_wrot
     await wait_until(lambda: _at_least(done, 100))
     assert started_when_settling, "the backlog's claims carried completions"
     assert all(started_when_settling), started_when_settling
+
+
+async def test_each_claim_skips_a_job_another_transaction_has_locked_and_takes_the_others(
+    pool: asyncpg.Pool,
+) -> None:
+    """FOR UPDATE SKIP LOCKED: a claim never waits behind a row locked elsewhere (a shared settlement
+    transaction, another claim); it takes the next jobs instead, and leaves the locked one."""
+    for statement in CLAIM_ARGS:
+        await pool.execute("DELETE FROM job")
+        first = await enqueue(pool, "k", {}, priority=-1)  # the claim's first pick, were it free
+        others = {(await enqueue(pool, "k", {})).id for _ in range(2)}
+        async with pool.acquire() as holder, pool.acquire() as claimer:
+            held = holder.transaction()
+            await held.start()
+            await holder.execute("SELECT 1 FROM job WHERE id = $1 FOR UPDATE", first.id)
+            claim = claimer.fetch(Q[statement], *CLAIM_ARGS[statement](False))
+            finished, task = await finishes_without_waiting(pool, holder.get_server_pid(), claim)
+            await held.rollback()  # lets a claim that did wait end, before the test fails
+            claimed = {row["id"] for row in await task}
+            assert finished, f"{statement} waited for the locked job instead of skipping it"
+            assert claimed == others, statement
+        assert await pool.fetchval("SELECT state FROM job WHERE id = $1", first.id) == "available"

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
 
 from paymanager.jobs import JobContext, LeaseLostError, Registry, WorkerOptions, enqueue
+from paymanager.jobs._queries import Q
+from paymanager.jobs.batch import complete_all_in, hold_leases
 from paymanager.jobs.maintenance import Maintenance
 from tests.integration.jobs.conftest import StartWorker, wait_state, wait_until
+from tests.support.job_contexts import context_from_row
 
 SLOW = WorkerOptions(owner="first", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=100)
 
@@ -125,3 +129,106 @@ async def test_fenced_completion_commits_effect_and_completion_together(
     await wait_state(pool, job.id, "completed")
     assert await pool.fetchval("SELECT count(*) FROM effect WHERE job_id = $1", job.id) == 1
     assert await pool.fetchval("SELECT result FROM job WHERE id = $1", job.id) == {"paid": True}
+
+
+# A stale attempt and the new one, both running: the rescuer took the first attempt's lease (as if its
+# worker stalled for an hour) and a claim gave the job to the second, which has not finished. Every
+# write of the first attempt must be refused while the second runs, not only once it has finished.
+
+
+async def claim(pool: asyncpg.Pool, owner: str) -> JobContext:
+    (row,) = await pool.fetch(Q["job_claim"], ["default"], [1], owner, 60_000, False)
+    return context_from_row(pool, row, max_attempts=25)
+
+
+async def stale_and_running_attempts(pool: asyncpg.Pool, database_url: str) -> tuple[JobContext, JobContext]:
+    await enqueue(pool, "pay", {})
+    stale = await claim(pool, "first")
+    await rescue_as_if_later(pool, database_url)
+    return stale, await claim(pool, "second")
+
+
+async def held_by(pool: asyncpg.Pool, ctx: JobContext) -> dict[str, Any]:
+    row = await pool.fetchrow(
+        "SELECT state, lease_token, attempt, errors, lease_expires_at FROM job WHERE id = $1", ctx.id
+    )
+    assert row is not None
+    assert (row["state"], row["lease_token"]) == ("running", ctx.lease_token)
+    return dict(row)
+
+
+@pytest.mark.usefixtures("effects")
+async def test_a_stale_attempts_transaction_is_refused_while_the_new_attempt_still_runs(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    await enqueue(pool, "pay", {})
+    stale = await claim(pool, "first")
+    taken: list[JobContext] = []
+
+    async def write_while_the_lease_moves_on() -> None:
+        async with stale.transaction(result="first") as conn:
+            await conn.execute("INSERT INTO effect VALUES ($1, 'first')", stale.id)
+            # Inside the block, past its lease check, the stalled attempt loses the job.
+            await rescue_as_if_later(pool, database_url)
+            taken.append(await claim(pool, "second"))
+
+    with pytest.raises(LeaseLostError):
+        await write_while_the_lease_moves_on()
+    (running,) = taken
+    await held_by(pool, running)
+    assert await pool.fetchval("SELECT count(*) FROM effect") == 0
+    async with running.transaction(result="second") as conn:
+        await conn.execute("INSERT INTO effect VALUES ($1, 'second')", running.id)
+    assert await pool.fetchval("SELECT result FROM job WHERE id = $1", running.id) == "second"
+
+
+async def test_a_stale_attempts_completion_is_refused_while_the_new_attempt_still_runs(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    stale, running = await stale_and_running_attempts(pool, database_url)
+    # The worker completes a handler that returned by job_complete_many, or with its next claim.
+    assert await pool.fetch(Q["job_complete_many"], [stale.id], [stale.lease_token], ["first"], False) == []
+    rows = await pool.fetch(
+        Q["job_claim_batch"], ["default"], [1], "first", 60_000, [stale.id], [stale.lease_token], ["first"],
+        False, False,
+    )  # fmt: skip
+    assert rows == []
+    async with pool.acquire() as conn, conn.transaction():
+        with pytest.raises(LeaseLostError):
+            await stale.complete_in(conn, "first")
+        with pytest.raises(LeaseLostError):
+            await complete_all_in(conn, [stale])
+    await held_by(pool, running)
+    done = await pool.fetch(Q["job_complete_many"], [running.id], [running.lease_token], ["second"], False)
+    assert [row["id"] for row in done] == [running.id]
+
+
+@pytest.mark.parametrize("state", ["retryable", "dead", "cancelled", "available"])
+async def test_a_stale_attempts_failure_leaves_the_job_to_the_new_attempt(
+    pool: asyncpg.Pool, database_url: str, state: str
+) -> None:
+    stale, running = await stale_and_running_attempts(pool, database_url)
+    before = await held_by(pool, running)
+    error = {"error": "stale attempt raised", "type": "RuntimeError"}
+    rows = await pool.fetch(
+        Q["job_fail_many"], [stale.id], [stale.lease_token], [state], [0], [error], [True]
+    )
+    assert rows == []
+    assert await held_by(pool, running) == before
+
+
+async def test_a_stale_attempts_heartbeat_neither_extends_the_lease_nor_hears_it_still_holds_it(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    stale, running = await stale_and_running_attempts(pool, database_url)
+    before = await held_by(pool, running)
+    assert await pool.fetch(Q["job_heartbeat_many"], [stale.id], [stale.lease_token], 3_600_000) == []
+    assert await held_by(pool, running) == before
+    with pytest.raises(LeaseLostError):
+        await stale.progress(50)
+    async with pool.acquire() as conn, conn.transaction():
+        assert await hold_leases(conn, [stale, running]) == [running]
+    assert stale.lease_lost.is_set()
+    assert not running.lease_lost.is_set()
+    beat = await pool.fetch(Q["job_heartbeat_many"], [running.id], [running.lease_token], 3_600_000)
+    assert [row["id"] for row in beat] == [running.id]

@@ -25,6 +25,7 @@ from paymanager.jobs.maintenance import Maintenance
 from paymanager.jobs.periodic import current_slot, enqueue_due
 from tests.integration.jobs.conftest import StartWorker, job_state, wait_state, wait_until
 from tests.support.job_steps import claim, complete, flow
+from tests.support.locks import finishes_without_waiting
 from tests.support.waiting import wait_for_lock_waiters
 
 
@@ -96,6 +97,27 @@ async def test_a_running_job_asked_to_cancel_is_cancelled_not_run_again_when_its
     later = datetime.now(UTC) + timedelta(hours=1)  # the dead worker's lease has expired
     await Maintenance(pool, database_url, MaintenanceOptions(max_stalled=2), clock=lambda: later).rescue()
     assert await job_state(pool, job.id) == "cancelled"
+
+
+async def test_rescuer_skips_an_expired_job_whose_row_is_locked_and_rescues_the_others(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    """A shared settlement transaction locks the rows of the jobs it completes (hold_leases): the
+    rescuer must neither wait for it nor take the job from under it."""
+    locked, free = (await enqueue(pool, "k", {})).id, (await enqueue(pool, "k", {})).id
+    await claim_as_ghost(pool, lease_ms=60_000)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    maintenance = Maintenance(pool, database_url, clock=lambda: later)
+    async with pool.acquire() as holder:
+        held = holder.transaction()
+        await held.start()
+        await holder.execute("SELECT 1 FROM job WHERE id = $1 FOR UPDATE", locked)
+        finished, rescue = await finishes_without_waiting(pool, holder.get_server_pid(), maintenance.rescue())
+        await held.rollback()  # lets a rescue that did wait end, before the test fails
+        await rescue
+    assert finished, "the rescuer waited for a locked job instead of skipping it"
+    states = dict(await pool.fetch("SELECT id, state::text FROM job"))
+    assert states == {locked: "running", free: "available"}
 
 
 async def test_pruner_keeps_recent_and_newest_finished_jobs(pool: asyncpg.Pool, database_url: str) -> None:

@@ -9,8 +9,9 @@ from collections import Counter
 
 import asyncpg
 
-from paymanager.ledger import Account, AccountFlags, PostgresLedger, Transfer
+from paymanager.ledger import Account, AccountFlags, CreateTransferResult, PostgresLedger, Transfer
 from tests.support.ledger_hammer import WALLETS
+from tests.support.locks import wait_for_a_waiter_behind
 
 PROCESSES = 4
 BATCHES = 300
@@ -65,3 +66,29 @@ async def test_processes_hammering_hot_accounts_never_overdraw_and_conserve_mone
     assert sum(w.credits_posted - w.debits_posted for w in wallets) == FUNDING * len(WALLETS)
     verification = await ledger.verify()
     assert verification.ok, verification.violations
+
+
+async def test_a_batch_spending_a_balance_another_uncommitted_batch_spends_waits_and_is_refused(
+    pool: asyncpg.Pool,
+) -> None:
+    """Accounts are locked for the whole batch (ledger_batch_load): the second reads the balance the
+    first committed, not the one before it, so two spends of one balance cannot both pass."""
+    ledger = PostgresLedger(pool)
+    await ledger.create_accounts(
+        [Account(1, ledger=1, code=1, flags=AccountFlags.DEBITS_MUST_NOT_EXCEED_CREDITS)]
+    )
+    await ledger.create_accounts([Account(i, ledger=1, code=1) for i in (2, 3, 4)])
+    assert (await ledger.create_transfers([Transfer(10, 2, 1, 100, ledger=1, code=1)]))[0].ok
+    async with pool.acquire() as first:
+        transaction = first.transaction()
+        await transaction.start()
+        assert (await ledger.create_transfers([Transfer(11, 1, 3, 80, ledger=1, code=1)], conn=first))[0].ok
+        second = asyncio.create_task(ledger.create_transfers([Transfer(12, 1, 4, 80, ledger=1, code=1)]))
+        try:
+            await wait_for_a_waiter_behind(pool, first.get_server_pid())
+        finally:
+            await transaction.commit()
+    (refused,) = await second
+    assert refused.result is CreateTransferResult.exceeds_credits
+    (account,) = await ledger.lookup_accounts([1])
+    assert (account.debits_posted, account.credits_posted) == (80, 100)

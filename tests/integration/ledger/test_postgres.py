@@ -8,6 +8,8 @@ import asyncpg
 import pytest
 
 from paymanager.ledger import (
+    AMOUNT_MAX,
+    BALANCE_MAX,
     Account,
     AccountFlags,
     CreateTransferResult,
@@ -21,6 +23,7 @@ from tests.integration.ledger.conftest import FakeClock
 from tests.support.waiting import wait_for_lock_waiters, wait_until
 
 TR = CreateTransferResult
+F = TransferFlags
 
 
 async def make_accounts(ledger: PostgresLedger, *ids: int) -> None:
@@ -267,3 +270,81 @@ async def test_batch_load_stays_on_the_indexes_after_ledger_transfer_grows(pool:
     assert load_plans, plans
     assert all("Index Scan using ledger_transfer_pkey" in p for p in load_plans), load_plans
     assert not any("Seq Scan on ledger_transfer" in p for p in plans), plans
+
+
+# Each overflow check at its boundary (balances are bigint, so the bound is BALANCE_MAX): a transfer
+# that brings the balance to exactly the bound is legal, one unit more answers that check's result.
+# The accounts: 1 is the one that fills up, 2 received or gave its earlier funds, 3 and 4 are fresh.
+_DEBIT, _CREDIT = (1, 2), (2, 1)
+
+
+def _filling(side: tuple[int, int], transfer_id: int, amount: int, *, pending: bool = False) -> Transfer:
+    """`amount` from (or into) account 1 from (or into) a fresh account `transfer_id - 8` (3 or 4)."""
+    debit, credit = (1, transfer_id - 8) if side == _DEBIT else (transfer_id - 8, 1)
+    flags = F.PENDING if pending else F(0)
+    return Transfer(transfer_id, debit, credit, amount, ledger=1, code=1, flags=flags)
+
+
+def _earlier(side: tuple[int, int], *, pending: bool) -> Transfer:
+    return Transfer(10, *side, BALANCE_MAX - 5, ledger=1, code=1, flags=F.PENDING if pending else F(0))
+
+
+OVERFLOW_BOUNDARIES = {
+    # result: (the earlier transfer is pending, the next ones are pending, the side account 1 is on)
+    TR.overflows_debits_pending: (True, True, _DEBIT),
+    TR.overflows_credits_pending: (True, True, _CREDIT),
+    TR.overflows_debits_posted: (False, False, _DEBIT),
+    TR.overflows_credits_posted: (False, False, _CREDIT),
+    TR.overflows_debits: (True, False, _DEBIT),
+    TR.overflows_credits: (True, False, _CREDIT),
+}
+
+
+@pytest.mark.parametrize("result", list(OVERFLOW_BOUNDARIES), ids=lambda result: result.name)
+async def test_a_transfer_filling_a_balance_exactly_to_its_bound_is_legal_and_one_more_overflows(
+    pool: asyncpg.Pool, result: CreateTransferResult
+) -> None:
+    earlier_pending, pending, side = OVERFLOW_BOUNDARIES[result]
+    ledger = PostgresLedger(pool, clock=FakeClock())
+    await make_accounts(ledger, 1, 2, 3, 4)
+    assert (await ledger.create_transfers([_earlier(side, pending=earlier_pending)]))[0].ok
+    assert (await ledger.create_transfers([_filling(side, 11, 5, pending=pending)]))[0].ok
+    (over,) = await ledger.create_transfers([_filling(side, 12, 1, pending=pending)])
+    assert over.result is result
+
+
+@pytest.mark.parametrize("side", [_DEBIT, _CREDIT], ids=["debits_posted", "credits_posted"])
+async def test_posting_a_hold_that_fills_a_posted_balance_exactly_to_its_bound_is_legal(
+    pool: asyncpg.Pool, side: tuple[int, int]
+) -> None:
+    ledger = PostgresLedger(pool, clock=FakeClock())
+    await make_accounts(ledger, 1, 2, 3, 4)
+    assert (await ledger.create_transfers([_earlier(side, pending=False)]))[0].ok
+    assert (await ledger.create_transfers([_filling(side, 11, 5, pending=True)]))[0].ok
+    post = Transfer(12, pending_id=11, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
+    assert (await ledger.create_transfers([post]))[0].result is TR.created
+    (account,) = await ledger.lookup_accounts([1])
+    assert BALANCE_MAX in (account.debits_posted, account.credits_posted)
+
+
+@pytest.mark.parametrize(
+    ("flags", "side", "result"),
+    [
+        (AccountFlags.DEBITS_MUST_NOT_EXCEED_CREDITS, _DEBIT, TR.exceeds_credits),
+        (AccountFlags.CREDITS_MUST_NOT_EXCEED_DEBITS, _CREDIT, TR.exceeds_debits),
+    ],
+    ids=["exceeds_credits", "exceeds_debits"],
+)
+async def test_a_limited_account_may_spend_exactly_its_balance_and_not_one_unit_more(
+    pool: asyncpg.Pool, flags: AccountFlags, side: tuple[int, int], result: CreateTransferResult
+) -> None:
+    ledger = PostgresLedger(pool, clock=FakeClock())
+    await make_accounts(ledger, 2, 3, 4)
+    assert (await ledger.create_accounts([Account(1, ledger=1, code=1, flags=flags)]))[0].ok
+    # Funds of 100 the other way round: credits for a debit-limited account, debits for the other.
+    funding = Transfer(10, *reversed(side), 100, ledger=1, code=1)
+    assert (await ledger.create_transfers([funding]))[0].ok
+    assert (await ledger.create_transfers([_filling(side, 11, 60, pending=True)]))[0].ok
+    assert (await ledger.create_transfers([_filling(side, 12, 40)]))[0].ok
+    (over,) = await ledger.create_transfers([Transfer(13, *side, 1, ledger=1, code=1)])
+    assert over.result is result

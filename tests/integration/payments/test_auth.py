@@ -8,7 +8,9 @@ import orjson
 from structlog.testing import capture_logs
 
 from paymanager.api.signing import new_nonce, sign, signed_headers
+from paymanager.application.services import create_service
 from tests.integration.payments.conftest import Api
+from tests.support.signed_client import SignedClient
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 STAMP = int(NOW.timestamp())
@@ -40,6 +42,19 @@ async def test_unknown_service_is_refused(api: Api) -> None:
     response = await api.http.get("/intents", headers=headers)
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "unknown_service"
+
+
+async def test_a_disabled_service_is_refused_though_its_signature_is_right(api: Api) -> None:
+    async with api.payments.pool.acquire() as conn:
+        service, secret = await create_service(conn, api.payments.box, "retired", admin=True)
+        await conn.execute("UPDATE service SET disabled_at = now() WHERE id = $1", service.id)
+    retired = SignedClient(api.http, service.id, secret)
+    for response in (
+        await retired.get("/intents"),
+        await retired.post("/accounts", {"kind": "user", "currency": "THB"}),
+    ):
+        assert response.status_code == 401, response.text
+        assert response.json()["error"]["code"] == "unknown_service"
 
 
 async def test_a_wrong_secret_is_a_bad_signature(api: Api) -> None:

@@ -18,7 +18,11 @@ from paymanager.application.reconcile import reconcile
 from paymanager.application.settle_intent import settle
 from paymanager.ledger import LedgerConflictError, Transfer
 from tests.integration.payments.conftest import Api
+from tests.support.locks import wait_for_a_waiter_behind
 from tests.support.signed_client import SignedClient
+
+# A ledger time (ns) past every hold's timeout.
+LEDGER_FAR_FUTURE_NS = 1 << 62
 
 
 async def _settle(api: Api, intent_id: str) -> None:
@@ -77,6 +81,30 @@ async def test_settling_twice_settles_once(api: Api) -> None:
     assert (await api.client.balance(payee))["posted"] == 1_000
 
 
+async def test_a_hold_the_ledger_expired_before_settlement_fails_the_intent_and_moves_no_money(
+    api: Api,
+) -> None:
+    payer, payee = await _funded_pair(api)
+    created = await api.client.post("/intents", _p2p(payer, payee, 1_000))
+    await api.client.post(f"/intents/{created.json()['id']}/confirm")
+    # The ledger's own timeout passed first (settlement stalled past it): the hold is released.
+    assert await api.payments.ledger.expire_pending(now=LEDGER_FAR_FUTURE_NS) >= 1
+    await _settle(api, created.json()["id"])
+    final = (await api.client.get(f"/intents/{created.json()['id']}")).json()
+    assert (final["status"], final["failure_reason"]) == (
+        "failed", "the ledger expired the hold before settlement",
+    )  # fmt: skip
+    async with api.payments.pool.acquire() as conn:
+        outcome = await conn.fetchval(
+            "SELECT outcome FROM settlement WHERE intent_id = $1::uuid", final["id"]
+        )
+    assert outcome == "voided"
+    assert await api.client.balance(payer) == {
+        "account_id": payer, "currency": "THB", "posted": 10_000, "pending": 0, "available": 10_000,
+    }  # fmt: skip
+    assert (await api.client.balance(payee))["posted"] == 0
+
+
 async def test_insufficient_funds_answers_422_and_changes_nothing(api: Api) -> None:
     payer, payee = await _funded_pair(api, amount=1_000)
     created = await api.client.post("/intents", _p2p(payer, payee, 5_000))
@@ -105,6 +133,30 @@ async def test_cancel_before_confirm_ends_it_and_after_confirm_releases_the_hold
     again = await api.client.post(f"/intents/{late.json()['id']}/confirm")
     assert again.status_code == 409
     assert again.json()["error"]["code"] == "invalid_transition"
+
+
+async def test_a_cancel_racing_a_settlement_waits_for_it_and_answers_409_invalid_transition(
+    api: Api,
+) -> None:
+    payer, payee = await _funded_pair(api)
+    created = await api.client.post("/intents", _p2p(payer, payee, 1_000))
+    intent_id = created.json()["id"]
+    await api.client.post(f"/intents/{intent_id}/confirm")
+    async with api.payments.pool.acquire() as settling:
+        transaction = settling.transaction()
+        await transaction.start()
+        # The settlement has locked the intent, posted its holds and ended it, not yet committed.
+        await settle(api.payments, settling, uuid.UUID(intent_id), settled_by="test")
+        cancel = asyncio.create_task(api.client.post(f"/intents/{intent_id}/cancel"))
+        try:
+            await wait_for_a_waiter_behind(api.payments.pool, settling.get_server_pid())
+        finally:
+            await transaction.commit()
+    cancelled = await cancel
+    assert cancelled.status_code == 409, cancelled.text
+    assert cancelled.json()["error"]["code"] == "invalid_transition"
+    assert (await api.client.get(f"/intents/{intent_id}")).json()["status"] == "settled"
+    assert (await api.client.balance(payee))["posted"] == 1_000
 
 
 async def test_policy_refusal_names_the_rule(api: Api) -> None:

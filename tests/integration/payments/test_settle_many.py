@@ -12,13 +12,16 @@ import orjson
 import redis.asyncio as aioredis
 
 from paymanager.adapters.redis_events import RedisPublisher
+from paymanager.application.cancel_intent import cancel_intent
 from paymanager.application.confirm_intent import OUTBOX_QUEUE, SETTLE_KIND
 from paymanager.application.events import NOTIFY_CHANNEL, event_payload, topic
 from paymanager.application.ledger_ops import LedgerRefusedError
+from paymanager.application.services import load_service
 from paymanager.application.settle_intent import settle, settle_handler
 from paymanager.jobs import JobContext, LeaseLostError, PermanentError, enqueue
 from tests.integration.payments.conftest import Api
 from tests.support.job_contexts import context_from_row
+from tests.support.locks import wait_for_a_waiter_behind
 
 AMOUNT = 1_000
 FUNDING = 10_000
@@ -190,6 +193,59 @@ async def test_a_group_fails_an_intent_past_its_deadline_and_refuses_a_missing_o
     assert (await api.client.balance(late_payee))["posted"] == 0
     assert await _settlements(pool, intents[1][0]) == ["posted"]
     assert await _job_state(pool, ctxs[2]) == "running"
+
+
+async def test_a_group_fails_an_intent_whose_hold_the_ledger_expired_and_settles_the_others(
+    api: Api,
+) -> None:
+    expired = await _confirmed(api, 1)
+    # The ledger's own timeout passed first for this hold (settlement stalled past it).
+    assert await api.payments.ledger.expire_pending(now=1 << 62) >= 1
+    intents = [*expired, *await _confirmed(api, 1)]
+    pool = api.payments.pool
+    ctxs = await _claim(pool, [i for i, _ in intents])
+    handle = settle_handler(api.payments, batch_max=10)
+    assert await asyncio.gather(*(handle(ctx) for ctx in ctxs)) == [None, None]
+    (expired_intent, expired_payee), (settled_intent, settled_payee) = intents
+    failed = (await api.client.get(f"/intents/{expired_intent}")).json()
+    assert (failed["status"], failed["failure_reason"]) == (
+        "failed", "the ledger expired the hold before settlement",
+    )  # fmt: skip
+    assert await _settlements(pool, expired_intent) == ["voided"]
+    assert await api.client.balance(expired_payee) == {
+        "account_id": expired_payee, "currency": "THB", "posted": 0, "pending": 0, "available": 0,
+    }  # fmt: skip
+    payer = failed["payer_account_id"]
+    assert (await api.client.balance(payer))["available"] == FUNDING
+    assert await _settlements(pool, settled_intent) == ["posted"]
+    assert (await api.client.balance(settled_payee))["posted"] == AMOUNT
+    assert [await _job_state(pool, ctx) for ctx in ctxs] == ["completed", "completed"]
+
+
+async def test_a_group_racing_a_cancel_waits_for_it_and_leaves_the_cancelled_intent_alone(api: Api) -> None:
+    intents = await _confirmed(api, 2)
+    pool = api.payments.pool
+    (cancelled_intent, cancelled_payee), (settled_intent, _) = intents
+    ctxs = await _claim(pool, [i for i, _ in intents])
+    handle = settle_handler(api.payments, batch_max=10)
+    async with pool.acquire() as cancelling:
+        caller = await load_service(cancelling, api.payments.box, api.client.service_id)
+        assert caller is not None
+        transaction = cancelling.transaction()
+        await transaction.start()
+        # The cancel has locked the intent, voided its holds and ended it, not yet committed.
+        await cancel_intent(api.payments, cancelling, caller, uuid.UUID(cancelled_intent), [])
+        group = asyncio.gather(*(handle(ctx) for ctx in ctxs), return_exceptions=True)
+        try:
+            await wait_for_a_waiter_behind(pool, cancelling.get_server_pid())
+        finally:
+            await transaction.commit()
+    assert await group == [None, None]
+    assert (await api.client.get(f"/intents/{cancelled_intent}")).json()["status"] == "cancelled"
+    assert await _settlements(pool, cancelled_intent) == ["voided"]
+    assert (await api.client.balance(cancelled_payee))["posted"] == 0
+    assert await _settlements(pool, settled_intent) == ["posted"]
+    assert [await _job_state(pool, ctx) for ctx in ctxs] == ["completed", "completed"]
 
 
 async def test_two_jobs_of_one_intent_in_a_group_settle_it_once(api: Api) -> None:
