@@ -42,13 +42,13 @@ from tests.integration.payments.signed_client import SignedClient  # noqa: E402
 from tests.support.processes import PaymanagerProcess, free_port, paymanager_env  # noqa: E402
 
 from paymanager import bootstrap  # noqa: E402
-from paymanager.application.accounts import OpenAccount, open_account  # noqa: E402
-from paymanager.application.confirm_intent import OUTBOX_QUEUE, SETTLE_KIND, confirm_intent  # noqa: E402
+from paymanager.application.accounts.use_cases import OpenAccount, open_account  # noqa: E402
 from paymanager.application.context import Payments  # noqa: E402
-from paymanager.application.create_intent import IntentRequest, create_intent  # noqa: E402
-from paymanager.application.events import Pending  # noqa: E402
-from paymanager.application.services import ServiceIdentity, create_service  # noqa: E402
-from paymanager.application.settle_intent import settle, settle_handler  # noqa: E402
+from paymanager.application.intents.confirm import OUTBOX_QUEUE, SETTLE_KIND, confirm_intent  # noqa: E402
+from paymanager.application.intents.create import IntentRequest, create_intent  # noqa: E402
+from paymanager.application.intents.events import Pending  # noqa: E402
+from paymanager.application.intents.settle import settle, settle_handler  # noqa: E402
+from paymanager.application.services.use_cases import ServiceIdentity, create_service  # noqa: E402
 from paymanager.config import Settings  # noqa: E402
 from paymanager.db import migrations  # noqa: E402
 from paymanager.db.pool import create_pool  # noqa: E402
@@ -117,8 +117,8 @@ async def setup(url: str) -> Setup:
         shop, shop_secret = await create_service(conn, payments.box, "bench-shop", admin=False)
         pairs = []
         for _ in range(PAIRS):
-            payer = (await open_account(payments, conn, shop, OpenAccount(AccountKind.USER, "THB")))["id"]
-            payee = (await open_account(payments, conn, shop, OpenAccount(AccountKind.USER, "THB")))["id"]
+            payer = (await open_account(payments, conn, shop, OpenAccount(AccountKind.USER, "THB"))).id
+            payee = (await open_account(payments, conn, shop, OpenAccount(AccountKind.USER, "THB"))).id
             top_up = await create_intent(
                 payments,
                 conn,
@@ -126,8 +126,8 @@ async def setup(url: str) -> Setup:
                 IntentRequest("admin-transfer", FUNDING, "THB", payee_account_id=payer),
                 [],
             )
-            await confirm_intent(payments, conn, admin, top_up["id"], Pending())
-            await settle(payments, conn, top_up["id"], settled_by="bench")
+            await confirm_intent(payments, conn, admin, top_up.id, Pending())
+            await settle(payments, conn, top_up.id, settled_by="bench")
             pairs.append((payer, payee))
     # The top-ups were settled inline; their queued jobs would only be no-ops.
     await pool.execute("DELETE FROM job")
@@ -144,7 +144,7 @@ async def backlog(s: Setup, count: int) -> None:
                 row = await create_intent(
                     payments, conn, s.shop, IntentRequest("internal-p2p", 100, "THB", payer, payee), []
                 )
-                await confirm_intent(payments, conn, s.shop, row["id"], Pending())
+                await confirm_intent(payments, conn, s.shop, row.id, Pending())
 
 
 async def count_jobs_done(pool: asyncpg.Pool) -> int:

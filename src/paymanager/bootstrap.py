@@ -91,9 +91,9 @@ async def seed_system_accounts(runtime: Runtime) -> None:
     """Builds the payment component (it needs the ledger) and seeds the system accounts."""
     from paymanager.adapters.redis_events import RedisPublisher
     from paymanager.adapters.secret_box import SecretBox
-    from paymanager.application.accounts import seed_system_accounts as seed
+    from paymanager.application.accounts.use_cases import seed_system_accounts as seed
     from paymanager.application.context import Payments
-    from paymanager.application.events import EventPublisher, NoPublisher
+    from paymanager.application.intents.events import EventPublisher, NoPublisher
     from paymanager.domain.channels import ChannelRegistry
 
     settings = runtime.settings
@@ -127,7 +127,7 @@ async def register_channels(runtime: Runtime) -> None:
 
 
 async def reconcile_stuck_intents(runtime: Runtime) -> None:
-    from paymanager.application.reconcile import reconcile
+    from paymanager.application.intents.reconcile import reconcile
 
     settings = runtime.settings
     await reconcile(
@@ -154,10 +154,10 @@ async def job_services(runtime: Runtime) -> list[Service]:
     per process (the first job role asks, the others get nothing more)."""
     if JOB_SERVICES in runtime.registry:
         return []
-    from paymanager.application.confirm_intent import SETTLE_KIND
-    from paymanager.application.invoice_sweep import INVOICE_QUEUE, SWEEP_KIND, invoice_sweep_handler
+    from paymanager.application.intents.confirm import SETTLE_KIND
+    from paymanager.application.intents.invoice_sweep import INVOICE_QUEUE, SWEEP_KIND, invoice_sweep_handler
+    from paymanager.application.intents.settle import settle_handler
     from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
-    from paymanager.application.settle_intent import settle_handler
     from paymanager.jobs import OUTBOX_SCHEDULE, Registry, Worker
 
     settings = runtime.settings
@@ -207,7 +207,7 @@ def worker_options(runtime: Runtime) -> Any:
 
 def maintenance(runtime: Runtime) -> Service:
     """The engine's maintenance (rescuer, pruner, promoter); it elects one leader cluster-wide."""
-    from paymanager.application.invoice_sweep import INVOICE_QUEUE, SWEEP_KIND
+    from paymanager.application.intents.invoice_sweep import INVOICE_QUEUE, SWEEP_KIND
     from paymanager.application.ledger_ops import EXPIRE_KIND
     from paymanager.jobs import MaintenanceOptions, PeriodicJob, Retention
     from paymanager.jobs.maintenance import Maintenance

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from paymanager.application.events import NOTIFY_CHANNEL
+from paymanager.application.intents.events import NOTIFY_CHANNEL
 from paymanager.db.pool import connect
 from paymanager.logging import get_logger
 

@@ -18,10 +18,11 @@ from fastapi.responses import Response
 
 from paymanager.api.auth import UsedSignature, post_signature, remember, replayed_error
 from paymanager.api.errors import domain_error_body, domain_status, error_body
-from paymanager.application import events, idempotency
 from paymanager.application.context import Payments
-from paymanager.application.services import ServiceIdentity
-from paymanager.application.settle_intent import publish
+from paymanager.application.idempotency import keys as idempotency
+from paymanager.application.intents import events
+from paymanager.application.intents.settle import publish
+from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.errors import DomainError
 from paymanager.ledger import LedgerConflictError

@@ -18,13 +18,13 @@ from paymanager.api.errors import domain_error_body, domain_status
 from paymanager.api.event_hub import IntentEventHub
 from paymanager.api.idempotent import run_idempotent
 from paymanager.api.schemas import IntentCreate, IntentList, IntentOut, QuoteOut, QuoteRequest
-from paymanager.application import events
-from paymanager.application.cancel_intent import cancel_intent
-from paymanager.application.confirm_intent import confirm_intent
 from paymanager.application.context import Payments
-from paymanager.application.create_intent import IntentRequest, create_intent, quote, quote_view
-from paymanager.application.intent_queries import LIST_LIMIT_MAX, get_intent, intent_view, list_intents
-from paymanager.application.services import ServiceIdentity
+from paymanager.application.intents import events
+from paymanager.application.intents.cancel import cancel_intent
+from paymanager.application.intents.confirm import confirm_intent
+from paymanager.application.intents.create import IntentRequest, create_intent, quote, quote_view
+from paymanager.application.intents.queries import LIST_LIMIT_MAX, get_intent, intent_view, list_intents
+from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import ChannelName
 from paymanager.domain.errors import IntentExpiredError
@@ -82,7 +82,7 @@ async def confirm(
 
     async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any]:
         row = await confirm_intent(payments, conn, caller, intent_id, pending, hold_savepoint=False)
-        if row["status"] == IntentStatus.EXPIRED:
+        if row.status is IntentStatus.EXPIRED:
             expired = IntentExpiredError(
                 "the invoice expired before it was confirmed", {"intent": intent_view(row)}
             )

@@ -82,7 +82,7 @@ class DemoResult:
 async def register_services(conn: Conn, kek: str | None) -> tuple[tuple[str, str], tuple[str, str]]:
     """An admin service (funds accounts) and a plain one (moves money), both named for this run."""
     from paymanager.adapters.secret_box import SecretBox
-    from paymanager.application.services import create_service
+    from paymanager.application.services.use_cases import create_service
 
     box = SecretBox.from_config(kek)
     suffix = uuid.uuid4().hex[:6]

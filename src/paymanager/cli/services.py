@@ -18,7 +18,7 @@ def create(
     """Register a service and print its id and secret. The secret is shown this once only."""
     from paymanager.adapters.secret_box import SecretBox
     from paymanager.application.errors import ServiceNameTakenError
-    from paymanager.application.services import create_service
+    from paymanager.application.services.use_cases import create_service
     from paymanager.cli import fail, load_settings
     from paymanager.db.pool import connect
     from paymanager.runtime import resolve_database_url
@@ -48,14 +48,15 @@ def create(
 @services_app.command("list")
 def list_() -> None:
     """List services (never their secrets)."""
-    from paymanager.application.services import list_services
+    from paymanager.application.services.store import ServiceListing
+    from paymanager.application.services.use_cases import list_services
     from paymanager.cli import load_settings
     from paymanager.db.pool import connect
     from paymanager.runtime import resolve_database_url
 
     settings = load_settings()
 
-    async def run() -> list[dict[str, object]]:
+    async def run() -> list[ServiceListing]:
         conn = await connect(resolve_database_url(settings), application_name="paymanager:services")
         try:
             return await list_services(conn)
@@ -63,9 +64,9 @@ def list_() -> None:
             await conn.close()
 
     for row in asyncio.run(run()):
-        scopes = ",".join(row["scopes"]) or "-"  # type: ignore[arg-type]
-        disabled = " (disabled)" if row["disabled_at"] else ""
-        typer.echo(f"{row['id']}  {row['name']}  scopes={scopes}{disabled}")
+        scopes = ",".join(row.scopes) or "-"
+        disabled = " (disabled)" if row.disabled_at else ""
+        typer.echo(f"{row.id}  {row.name}  scopes={scopes}{disabled}")
 
 
 def register(app: typer.Typer) -> None:

@@ -39,7 +39,7 @@ Deliberate differences of the PostgreSQL ledger from TigerBeetle:
 
 from paymanager.ledger._batch import BALANCE_MAX
 from paymanager.ledger.connect import open_ledger
-from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
+from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger, TransactionalLedger
 from paymanager.ledger.postgres import LedgerConflictError, PostgresLedger, Verification
 from paymanager.ledger.system_accounts import SystemAccountMismatchError, account_id_for, ensure_accounts
 from paymanager.ledger.tigerbeetle import TigerBeetleLedger
@@ -88,6 +88,7 @@ __all__ = [
     "PostgresLedger",
     "SystemAccountMismatchError",
     "TigerBeetleLedger",
+    "TransactionalLedger",
     "Transfer",
     "TransferEventResult",
     "TransferFlags",

@@ -27,7 +27,7 @@ import asyncpg
 from paymanager.db.pool import Conn, Pool, create_pool
 from paymanager.db.sql import load_queries
 from paymanager.ledger._batch import PENDING, BatchState, PendingState
-from paymanager.ledger.port import Ledger, check_history_limit
+from paymanager.ledger.port import TransactionalLedger, check_history_limit
 from paymanager.ledger.types import (
     BATCH_MAX,
     U128_MAX,
@@ -577,6 +577,6 @@ async def _write(conn: Conn, state: BatchState, timestamp: int) -> None:
     )
 
 
-def _conforms_to_the_port(ledger: PostgresLedger) -> Ledger:
-    """Never called: mypy checks here that PostgresLedger implements the Ledger port."""
+def _conforms_to_the_port(ledger: PostgresLedger) -> TransactionalLedger:
+    """Never called: mypy checks here that PostgresLedger implements the transactional Ledger port."""
     return ledger

@@ -12,14 +12,14 @@ import asyncpg
 import pytest
 
 from paymanager import bootstrap
-from paymanager.application.accounts import OpenAccount, open_account
-from paymanager.application.confirm_intent import confirm_intent
+from paymanager.application.accounts.use_cases import OpenAccount, open_account
 from paymanager.application.context import Payments
-from paymanager.application.create_intent import IntentRequest, create_intent
-from paymanager.application.events import Pending
+from paymanager.application.intents.confirm import confirm_intent
+from paymanager.application.intents.create import IntentRequest, create_intent
+from paymanager.application.intents.events import Pending
+from paymanager.application.intents.settle import settle
 from paymanager.application.ledger_ops import balance
-from paymanager.application.services import ServiceIdentity, create_service
-from paymanager.application.settle_intent import settle
+from paymanager.application.services.use_cases import ServiceIdentity, create_service
 from paymanager.domain.channels import AccountKind
 from tests.integration.payments.conftest import build_runtime
 from tests.support.processes import PaymanagerProcess, paymanager_env
@@ -40,16 +40,16 @@ async def _seed(
     async with payments.pool.acquire() as conn, conn.transaction():
         for _ in range(PAYERS):
             payers.append(
-                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB")))["id"]
+                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB"))).id
             )
             payees.append(
-                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB")))["id"]
+                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB"))).id
             )
         for payer in payers:
             top_up = IntentRequest("admin-transfer", FUNDING, "THB", payee_account_id=payer)
             row = await create_intent(payments, conn, admin, top_up, [])
-            await confirm_intent(payments, conn, admin, row["id"], Pending())
-            await settle(payments, conn, row["id"], settled_by="test")
+            await confirm_intent(payments, conn, admin, row.id, Pending())
+            await settle(payments, conn, row.id, settled_by="test")
     return payers, payees
 
 
@@ -61,7 +61,7 @@ async def _create_and_confirm(
             for i in range(start, start + BATCH):
                 request = IntentRequest("internal-p2p", AMOUNT, "THB", payers[i % PAYERS], payees[i % PAYERS])
                 row = await create_intent(payments, conn, caller, request, [])
-                await confirm_intent(payments, conn, caller, row["id"], Pending())
+                await confirm_intent(payments, conn, caller, row.id, Pending())
 
 
 async def _count(pool: asyncpg.Pool, status: str) -> int:

@@ -14,7 +14,7 @@ import pytest
 from paymanager import bootstrap
 from paymanager.api.app import create_app
 from paymanager.application.context import Payments
-from paymanager.application.services import create_service
+from paymanager.application.services.use_cases import create_service
 from paymanager.config import Settings
 from paymanager.runtime import Runtime, StartupHooks
 from tests.integration.payments.signed_client import SignedClient

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from paymanager.application.intents.settle import settle_handler
 from paymanager.application.ledger_ops import LedgerRefusedError
-from paymanager.application.settle_intent import settle_handler
 from paymanager.jobs import LeaseLostError
 from tests.integration.payments.conftest import Api
 from tests.integration.payments.test_settle_many import (

@@ -16,7 +16,7 @@ import pytest
 
 from paymanager.api import event_hub as hub_module
 from paymanager.api.event_hub import IntentEventHub
-from paymanager.application.events import NOTIFY_CHANNEL
+from paymanager.application.intents.events import NOTIFY_CHANNEL
 from paymanager.jobs import EventStream, JobContext, Registry, Worker, WorkerOptions, enqueue
 from tests.integration.payments.conftest import Api
 

@@ -8,7 +8,7 @@ import time
 import asyncpg
 
 from paymanager import bootstrap
-from paymanager.application.invoice_sweep import SWEEP_KIND
+from paymanager.application.intents.invoice_sweep import SWEEP_KIND
 from tests.integration.payments.conftest import Api, build_runtime
 
 

@@ -7,9 +7,9 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from paymanager.application.confirm_intent import OUTBOX_QUEUE, SETTLE_KIND
-from paymanager.application.reconcile import reconcile
-from paymanager.application.settle_intent import settle, settle_handler
+from paymanager.application.intents.confirm import OUTBOX_QUEUE, SETTLE_KIND
+from paymanager.application.intents.reconcile import reconcile
+from paymanager.application.intents.settle import settle, settle_handler
 from paymanager.jobs import Registry, Worker, WorkerOptions
 from tests.integration.payments.conftest import Api
 

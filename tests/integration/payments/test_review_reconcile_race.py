@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from paymanager.application.confirm_intent import SETTLE_KIND
-from paymanager.application.reconcile import reconcile
-from paymanager.application.settle_intent import settle
+from paymanager.application.intents.confirm import SETTLE_KIND
+from paymanager.application.intents.reconcile import reconcile
+from paymanager.application.intents.settle import settle
 from tests.integration.payments.conftest import Api
 from tests.integration.payments.test_reconcile_and_worker import _confirmed_p2p, _jobs
 
