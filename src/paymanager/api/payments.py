@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from fastapi import FastAPI
 
 from paymanager.api import routes_accounts, routes_channels, routes_intents, routes_policies
 from paymanager.api.auth import ServiceCache
 from paymanager.api.body_limit import BodyLimitMiddleware
-from paymanager.api.event_hub import IntentEventHub
 from paymanager.application.context import Payments
+from paymanager.application.intents.event_hub import IntentEventHub
 
 SIGNING_DOC = """
 ## Authentication
@@ -60,18 +58,14 @@ Every error has one shape: `{"error": {"code": "...", "message": "...", "details
 """
 
 
-def install_payments_api(payments: Payments, hub: IntentEventHub) -> Callable[[FastAPI], None]:
-    """A callable for `runtime.registry["api_routers"]`, applied by `create_app`."""
-
-    def install(app: FastAPI) -> None:
-        app.state.payments = payments
-        app.state.event_hub = hub
-        app.state.service_cache = ServiceCache(payments.settings.service_cache_ttl_ms)
-        app.description = (app.description or "") + SIGNING_DOC
-        app.add_middleware(BodyLimitMiddleware, max_bytes=payments.settings.api_max_body_bytes)
-        app.include_router(routes_accounts.router)
-        app.include_router(routes_intents.router)
-        app.include_router(routes_policies.router)
-        app.include_router(routes_channels.router)
-
-    return install
+def install_payments_api(app: FastAPI, payments: Payments, hub: IntentEventHub) -> None:
+    """The payments routes, the body limit and the authentication docs, on `app`."""
+    app.state.payments = payments
+    app.state.event_hub = hub
+    app.state.service_cache = ServiceCache(payments.settings.service_cache_ttl_ms)
+    app.description = (app.description or "") + SIGNING_DOC
+    app.add_middleware(BodyLimitMiddleware, max_bytes=payments.settings.api_max_body_bytes)
+    app.include_router(routes_accounts.router)
+    app.include_router(routes_intents.router)
+    app.include_router(routes_policies.router)
+    app.include_router(routes_channels.router)

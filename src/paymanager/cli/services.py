@@ -19,20 +19,19 @@ def create(
     from paymanager.adapters.secret_box import SecretBox
     from paymanager.application.errors import ServiceNameTakenError
     from paymanager.application.services.use_cases import create_service
-    from paymanager.cli import fail, load_settings
-    from paymanager.db.pool import connect
-    from paymanager.runtime import resolve_database_url
+    from paymanager.cli._command import fail, load_settings
+    from paymanager.db.database import opened
 
     settings = load_settings()
     kek = settings.psp_config_kek.get_secret_value() if settings.psp_config_kek else None
     box = SecretBox.from_config(kek)
 
     async def run() -> tuple[str, str, list[str]]:
-        conn = await connect(resolve_database_url(settings), application_name="paymanager:services")
-        try:
+        async with (
+            opened(settings, application_name="paymanager:services", max_size=1) as database,
+            database.pool.acquire() as conn,
+        ):
             identity, secret = await create_service(conn, box, name, admin=admin)
-        finally:
-            await conn.close()
         return identity.id, secret, sorted(identity.scopes)
 
     try:
@@ -50,18 +49,17 @@ def list_() -> None:
     """List services (never their secrets)."""
     from paymanager.application.services.store import ServiceListing
     from paymanager.application.services.use_cases import list_services
-    from paymanager.cli import load_settings
-    from paymanager.db.pool import connect
-    from paymanager.runtime import resolve_database_url
+    from paymanager.cli._command import load_settings
+    from paymanager.db.database import opened
 
     settings = load_settings()
 
     async def run() -> list[ServiceListing]:
-        conn = await connect(resolve_database_url(settings), application_name="paymanager:services")
-        try:
+        async with (
+            opened(settings, application_name="paymanager:services", max_size=1) as database,
+            database.pool.acquire() as conn,
+        ):
             return await list_services(conn)
-        finally:
-            await conn.close()
 
     for row in asyncio.run(run()):
         scopes = ",".join(row.scopes) or "-"

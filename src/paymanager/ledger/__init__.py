@@ -33,8 +33,9 @@ Deliberate differences of the PostgreSQL ledger from TigerBeetle:
 - Timestamps come from the process clock (nanoseconds, unique per transfer, increasing within a
   process) instead of a cluster clock.
 - A transient failure burns its id even inside a linked chain that is undone.
-- `ledger_transfer` has no foreign keys to `ledger_account` (they cost a third of a batch): the
-  writer only writes transfers between accounts it holds locked, and `verify()` checks references.
+- `ledger_transfer` has no foreign keys to `ledger_account` (each insert would look its accounts up
+  again, while the writer already holds them locked): the writer only writes transfers between
+  accounts it holds locked, and `verify()` checks references.
 """
 
 from paymanager.ledger._batch import BALANCE_MAX

@@ -11,7 +11,6 @@ import uuid
 import asyncpg
 import pytest
 
-from paymanager import bootstrap
 from paymanager.application.accounts.use_cases import OpenAccount, open_account
 from paymanager.application.context import Payments
 from paymanager.application.intents.confirm import confirm_intent
@@ -21,7 +20,7 @@ from paymanager.application.intents.settle import settle
 from paymanager.application.ledger_ops import balance
 from paymanager.application.services.use_cases import ServiceIdentity, create_service
 from paymanager.domain.channels import AccountKind
-from tests.integration.payments.conftest import build_runtime
+from tests.integration.payments.conftest import build_components
 from tests.support.processes import PaymanagerProcess, paymanager_env
 
 pytestmark = pytest.mark.slow
@@ -98,7 +97,7 @@ async def _wait_holding(pool: asyncpg.Pool, process: PaymanagerProcess, timeout_
 async def test_killed_worker_does_not_make_any_intent_settle_twice(
     pool: asyncpg.Pool, database_url: str
 ) -> None:
-    payments = bootstrap.payments_of(await build_runtime(pool, database_url))
+    payments = (await build_components(pool, database_url)).payments
     async with pool.acquire() as conn:
         admin, _ = await create_service(conn, payments.box, "chaos-admin", admin=True)
         caller, _ = await create_service(conn, payments.box, "chaos-shop", admin=False)

@@ -11,7 +11,7 @@ import asyncpg
 import orjson
 import pytest
 
-from paymanager.api.idempotent import LEDGER_CONFLICT_RETRIES_MAX
+from paymanager.application.idempotency.unit_of_work import LEDGER_CONFLICT_RETRIES_MAX
 from paymanager.application.intents.events import NOTIFY_CHANNEL, event_payload
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle

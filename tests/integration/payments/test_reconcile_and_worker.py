@@ -76,7 +76,7 @@ async def test_a_worker_settles_confirmed_intents_through_the_outbox(api: Api) -
     registry = Registry()
     registry.register(SETTLE_KIND, settle_handler(api.payments), queue=OUTBOX_QUEUE)
     pool = api.payments.pool
-    worker = Worker(pool, api.runtime.database_url, registry, {OUTBOX_QUEUE: 4}, WorkerOptions(owner="test"))
+    worker = Worker(pool, api.components.database, registry, {OUTBOX_QUEUE: 4}, WorkerOptions(owner="test"))
     await worker.start()
     try:
         deadline = time.monotonic() + 15

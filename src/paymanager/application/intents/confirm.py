@@ -85,8 +85,7 @@ async def confirm_intent(
         await enqueue_settlement(payments, conn, intent_id)
     # The hold comes last: it locks the payer's and a fee shard's account rows until the commit, and
     # every confirm and settlement of those accounts queues behind that lock, so the fewer statements
-    # run while it is held the shorter the queue (lock waits on the fee shards were most of the api's
-    # latency beside busy outbox workers). A refused hold still rolls all of this back.
+    # run while it is held the shorter the queue. A refused hold still rolls all of this back.
     await ledger_ops.hold(
         payments.ledger, conn, updated, hold_id, deadline_sec + HOLD_TIMEOUT_MARGIN_SEC,
         savepoint=hold_savepoint,

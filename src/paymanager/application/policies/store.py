@@ -74,31 +74,28 @@ def policy_from_json(value: Mapping[str, object]) -> Policy:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyValues:
-    """The columns of `policy_upsert`."""
-
-    id: uuid.UUID
-    channel: str
-    service_id: str | None
-    min_amount: int | None
-    max_amount: int | None
-    daily_volume_per_account: int | None
-    currencies: list[str] | None
-    now: datetime
-
-
 class PolicyStore:
     __slots__ = ("_conn",)
 
     def __init__(self, conn: Conn) -> None:
         self._conn = conn
 
-    async def upsert(self, values: PolicyValues) -> StoredPolicy:
-        """Create or replace the policy of (channel, service)."""
+    async def upsert(
+        self,
+        *,
+        policy_id: uuid.UUID,
+        channel: str,
+        service_id: str | None,
+        min_amount: int | None,
+        max_amount: int | None,
+        daily_volume_per_account: int | None,
+        currencies: list[str] | None,
+        now: datetime,
+    ) -> StoredPolicy:
+        """Create or replace the policy of (channel, service); `policy_id` names a new one."""
         row = await self._conn.fetchrow(
-            Q["policy_upsert"], values.id, values.channel, values.service_id, values.min_amount,
-            values.max_amount, values.daily_volume_per_account, values.currencies, values.now,
+            Q["policy_upsert"], policy_id, channel, service_id, min_amount, max_amount,
+            daily_volume_per_account, currencies, now,
         )  # fmt: skip
         assert row is not None, "an upsert returns its row"
         return StoredPolicy.from_row(row)

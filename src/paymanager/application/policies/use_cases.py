@@ -9,7 +9,7 @@ from datetime import datetime, time
 from paymanager.application.accounts.store import AccountStore
 from paymanager.application.ids import new_id
 from paymanager.application.intents.store import IntentStore
-from paymanager.application.policies.store import PolicyStore, PolicyValues, StoredPolicy
+from paymanager.application.policies.store import PolicyStore, StoredPolicy
 from paymanager.application.services.store import ServiceStore
 from paymanager.db.pool import Conn
 from paymanager.domain import policies as rules
@@ -59,16 +59,14 @@ async def put_policy(
     if given.service_id is not None and not await ServiceStore(conn).exists(service_id=given.service_id):
         raise NotFoundError("no such service", {"service_id": given.service_id})
     return await PolicyStore(conn).upsert(
-        PolicyValues(
-            id=new_id(),
-            channel=given.channel,
-            service_id=given.service_id,
-            min_amount=given.min_amount,
-            max_amount=given.max_amount,
-            daily_volume_per_account=given.daily_volume_per_account,
-            currencies=sorted(set(given.currencies)) if given.currencies else None,
-            now=now,
-        )
+        policy_id=new_id(),
+        channel=given.channel,
+        service_id=given.service_id,
+        min_amount=given.min_amount,
+        max_amount=given.max_amount,
+        daily_volume_per_account=given.daily_volume_per_account,
+        currencies=sorted(set(given.currencies)) if given.currencies else None,
+        now=now,
     )
 
 
