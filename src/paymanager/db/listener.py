@@ -63,6 +63,7 @@ class Listener:
         # Held by the statement running on the connection (a subscriber's fetch, the ping, a LISTEN).
         self._busy = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._subscribing = asyncio.Lock()
         self.reconnects = 0
         self.backend_pid: int | None = None
 
@@ -74,15 +75,16 @@ class Listener:
         """Listen to the subscription's channels (connecting first if nobody listens yet)."""
         self._subscriptions.append(subscription)
         try:
-            if self._task is None:
-                await self._connect()
-                self._task = asyncio.create_task(self._watch(), name="listener")
-            elif self._conn is not None and not self._lost.is_set():
-                if subscription.setup is not None:
-                    async with self._busy:
-                        await subscription.setup(self._conn)
-                await self._listen()
-            # Otherwise a reconnect is under way: it sets up and listens for every subscription.
+            async with self._subscribing:  # two first subscribers must not open two connections
+                if self._task is None:
+                    await self._connect()
+                    self._task = asyncio.create_task(self._watch(), name="listener")
+                elif self._conn is not None and not self._lost.is_set():
+                    if subscription.setup is not None:
+                        async with self._busy:
+                            await subscription.setup(self._conn)
+                    await self._listen()
+                # Otherwise a reconnect is under way: it sets up and listens for every subscription.
         except BaseException:
             await self.unsubscribe(subscription)
             raise
