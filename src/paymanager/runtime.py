@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 import asyncpg
 
 from paymanager import __version__
-from paymanager.api.app import create_app
 from paymanager.bootstrap import Components, Service, StartupError, build
 from paymanager.config import Settings
 from paymanager.db import migrations
@@ -140,7 +139,10 @@ class Runtime:
         if Role.API not in self.roles:
             log.info("started in headless mode", roles=describe(self.roles))
             return
+        # Imported here: a headless process never loads the HTTP stack.
         import uvicorn
+
+        from paymanager.api.app import create_app
 
         app = create_app(components)
         config = uvicorn.Config(
