@@ -42,19 +42,19 @@ from tests.support.processes import PaymanagerProcess, free_port, paymanager_env
 from tests.support.signed_client import SignedClient  # noqa: E402
 
 from paymanager import bootstrap  # noqa: E402
-from paymanager.application.accounts import OpenAccount, open_account  # noqa: E402
-from paymanager.application.confirm_intent import OUTBOX_QUEUE, SETTLE_KIND, confirm_intent  # noqa: E402
+from paymanager.application.accounts.use_cases import OpenAccount, open_account  # noqa: E402
 from paymanager.application.context import Payments  # noqa: E402
-from paymanager.application.create_intent import IntentRequest, create_intent  # noqa: E402
-from paymanager.application.events import Pending  # noqa: E402
-from paymanager.application.services import ServiceIdentity, create_service  # noqa: E402
-from paymanager.application.settle_intent import settle, settle_handler  # noqa: E402
+from paymanager.application.intents.confirm import OUTBOX_QUEUE, SETTLE_KIND, confirm_intent  # noqa: E402
+from paymanager.application.intents.create import IntentRequest, create_intent  # noqa: E402
+from paymanager.application.intents.events import Pending  # noqa: E402
+from paymanager.application.intents.settle import settle, settle_handler  # noqa: E402
+from paymanager.application.services.use_cases import ServiceIdentity, create_service  # noqa: E402
 from paymanager.config import Settings  # noqa: E402
 from paymanager.db import migrations  # noqa: E402
+from paymanager.db.database import Database  # noqa: E402
 from paymanager.db.pool import create_pool  # noqa: E402
 from paymanager.domain.channels import AccountKind  # noqa: E402
 from paymanager.jobs import JobContext, NewJob, Registry, Worker, WorkerOptions, enqueue_many  # noqa: E402
-from paymanager.runtime import Runtime, StartupHooks  # noqa: E402
 
 SERVER = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 PAIRS = 200
@@ -89,36 +89,34 @@ async def drop_database(url: str) -> None:
 class Setup:
     def __init__(
         self,
-        runtime: Runtime,
+        components: bootstrap.Components,
         admin: ServiceIdentity,
         admin_secret: str,
         shop: ServiceIdentity,
         shop_secret: str,
         pairs: list[tuple[uuid.UUID, uuid.UUID]],
     ) -> None:
-        self.runtime, self.admin, self.admin_secret = runtime, admin, admin_secret
+        self.components, self.admin, self.admin_secret = components, admin, admin_secret
         self.shop, self.shop_secret, self.pairs = shop, shop_secret, pairs
 
     @property
     def payments(self) -> Payments:
-        return bootstrap.payments_of(self.runtime)
+        return self.components.payments
 
 
 async def setup(url: str) -> Setup:
     pool = await create_pool(url, min_size=1, max_size=10)
-    runtime = Runtime(Settings(database_url=url), hooks=StartupHooks())
-    runtime.pool, runtime.database_url = pool, url
-    await bootstrap.connect_ledger(runtime)
-    await bootstrap.seed_system_accounts(runtime)
-    await bootstrap.register_channels(runtime)
-    payments = bootstrap.payments_of(runtime)
+    components = await bootstrap.build(
+        Settings(database_url=url), Database(url, pool), process_id="bench", reconcile_intents=False
+    )
+    payments = components.payments
     async with pool.acquire() as conn, conn.transaction():
         admin, admin_secret = await create_service(conn, payments.box, "bench-admin", admin=True)
         shop, shop_secret = await create_service(conn, payments.box, "bench-shop", admin=False)
         pairs = []
         for _ in range(PAIRS):
-            payer = (await open_account(payments, conn, shop, OpenAccount(AccountKind.USER, "THB")))["id"]
-            payee = (await open_account(payments, conn, shop, OpenAccount(AccountKind.USER, "THB")))["id"]
+            payer = (await open_account(payments, conn, shop, OpenAccount(AccountKind.USER, "THB"))).id
+            payee = (await open_account(payments, conn, shop, OpenAccount(AccountKind.USER, "THB"))).id
             top_up = await create_intent(
                 payments,
                 conn,
@@ -126,12 +124,12 @@ async def setup(url: str) -> Setup:
                 IntentRequest("admin-transfer", FUNDING, "THB", payee_account_id=payer),
                 [],
             )
-            await confirm_intent(payments, conn, admin, top_up["id"], Pending())
-            await settle(payments, conn, top_up["id"], settled_by="bench")
+            await confirm_intent(payments, conn, admin, top_up.id, Pending())
+            await settle(payments, conn, top_up.id, settled_by="bench")
             pairs.append((payer, payee))
     # The top-ups were settled inline; their queued jobs would only be no-ops.
     await pool.execute("DELETE FROM job")
-    return Setup(runtime, admin, admin_secret, shop, shop_secret, pairs)
+    return Setup(components, admin, admin_secret, shop, shop_secret, pairs)
 
 
 async def backlog(s: Setup, count: int) -> None:
@@ -144,7 +142,7 @@ async def backlog(s: Setup, count: int) -> None:
                 row = await create_intent(
                     payments, conn, s.shop, IntentRequest("internal-p2p", 100, "THB", payer, payee), []
                 )
-                await confirm_intent(payments, conn, s.shop, row["id"], Pending())
+                await confirm_intent(payments, conn, s.shop, row.id, Pending())
 
 
 async def count_jobs_done(pool: asyncpg.Pool) -> int:
@@ -178,7 +176,7 @@ async def in_process(s: Setup, count: int, handler: Any, jobs: list[NewJob] | No
     before = await count_jobs_done(pool)
     worker = Worker(
         pool,
-        s.runtime.database_url,
+        s.components.database,
         registry,
         {OUTBOX_QUEUE: CONCURRENCY},
         WorkerOptions(owner="bench", claim_batch_max=BATCH, poll_interval_ms=50),

@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 from bench import intents  # noqa: E402
 from tests.support.processes import PaymanagerProcess  # noqa: E402
 
-from paymanager.application import create_intent  # noqa: E402
-from paymanager.application.confirm_intent import confirm_intent  # noqa: E402
-from paymanager.application.events import Pending  # noqa: E402
+from paymanager.application.intents import create as create_intent  # noqa: E402
+from paymanager.application.intents.confirm import confirm_intent  # noqa: E402
+from paymanager.application.intents.events import Pending  # noqa: E402
 from paymanager.domain.channels import ChannelName, FeeRule  # noqa: E402
 
 
@@ -123,7 +123,7 @@ async def make_backlog(s: intents.Setup, n: int, fee: str) -> None:
                         s.payments, conn, s.shop,
                         create_intent.IntentRequest("internal-p2p", 100, "THB", payer, payee), [],
                     )  # fmt: skip
-                    await confirm_intent(s.payments, conn, s.shop, row["id"], Pending())
+                    await confirm_intent(s.payments, conn, s.shop, row.id, Pending())
     finally:
         registry[ChannelName.INTERNAL_P2P] = p2p
         create_intent.FEE_SHARDS = shards

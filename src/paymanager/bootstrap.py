@@ -1,204 +1,257 @@
-"""Wires the components this build ships into the runtime's start-up steps and roles.
+"""The composition root: `build(settings, database)` wires the components this build ships.
 
-Each component contributes named steps to `StartupHooks`; the runtime decides the order. Adding a
-component means adding its `install_*` call here, nowhere else. This is the one module (with the
-runtime) that picks concrete adapters: the PostgreSQL ledger, Redis, the secret box.
+It runs the start-up steps between the database and the workers, in the order of DESIGN §3:
+
+    connect the ledger -> seed and verify system accounts -> register channels ->
+    reconcile stuck intents -> register PSP drivers -> (the services of each role, built, not started)
+
+and returns them as one typed `Components`. This is the one module that picks concrete adapters (the
+PostgreSQL ledger, Redis, the secret box); the runtime starts what it returns, the API is created from
+it (`create_app(components)`), and tests build it the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+import contextlib
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
+import asyncpg
+import redis.asyncio as aioredis
+
+from paymanager.adapters.redis_events import RedisPublisher
+from paymanager.adapters.secret_box import SecretBox
+from paymanager.application.accounts.use_cases import seed_system_accounts
+from paymanager.application.context import Payments
+from paymanager.application.intents.backpressure import apply_default_max_depth
+from paymanager.application.intents.confirm import OUTBOX_QUEUE, SETTLE_KIND
+from paymanager.application.intents.event_hub import IntentEventHub
+from paymanager.application.intents.events import EventPublisher, NoPublisher
+from paymanager.application.intents.invoice_sweep import INVOICE_QUEUE, SWEEP_KIND, invoice_sweep_handler
+from paymanager.application.intents.reconcile import reconcile
+from paymanager.application.intents.settle import settle_handler
+from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
+from paymanager.application.sweeper import ApiSweeper
+from paymanager.config import Settings
+from paymanager.db.database import Database
+from paymanager.domain.channels import DEFAULT_CHANNELS, ChannelRegistry
+from paymanager.jobs import (
+    OUTBOX_SCHEDULE,
+    MaintenanceOptions,
+    PeriodicJob,
+    Registry,
+    Retention,
+    Worker,
+    WorkerOptions,
+)
+from paymanager.jobs.maintenance import Maintenance
+from paymanager.ledger import LedgerUnavailableError, PostgresLedger
+from paymanager.logging import get_logger
 from paymanager.roles import Role
-from paymanager.runtime import Service, StartupHooks
 
-if TYPE_CHECKING:
-    from paymanager.application.context import Payments
-    from paymanager.runtime import Runtime
+log = get_logger("paymanager.bootstrap")
 
-PAYMENTS = "payments"
-OUTBOX_QUEUE = "outbox"
-JOB_SERVICES = "job-services"
-# Roles whose work runs as jobs. A process gets ONE job Worker serving the queues of all its roles, and
-# one Maintenance (rescuer, pruner, periodic scheduler) whatever its roles.
-JOB_ROLES = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY)
+T = TypeVar("T")
 
 
-def install(hooks: StartupHooks) -> None:
-    """Register every component's start-up steps and role workers."""
-    hooks.connect_ledger.append(connect_ledger)
-    hooks.connect_ledger.append(connect_redis)
-    hooks.seed_system_accounts.append(seed_system_accounts)
-    hooks.register_channels.append(register_channels)
-    hooks.reconcile_stuck_intents.append(reconcile_stuck_intents)
-    hooks.role_workers.setdefault(Role.API, []).append(api_services)
-    for role in JOB_ROLES:
-        hooks.role_workers.setdefault(role, []).append(job_services)
+class Service(Protocol):
+    """Something a role runs in the background: a worker, a sweep, the heartbeat.
+
+    A service that takes new work (the job worker) may also have `stop_taking_work()`, called for
+    every service at the very start of a shutdown, before any `stop`."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self, timeout_s: float) -> None: ...
 
 
-async def connect_ledger(runtime: Runtime) -> None:
+class StartupError(RuntimeError):
+    """A start-up step failed; the process logs it and exits 1."""
+
+    def __init__(self, step: str, cause: BaseException) -> None:
+        self.step = step
+        super().__init__(f"start-up step '{step}' failed: {cause}")
+
+
+@dataclass(frozen=True)
+class Components:
+    """One process's components, built and ready to start."""
+
+    settings: Settings
+    database: Database
+    process_id: str
+    ledger: PostgresLedger
+    redis: aioredis.Redis | None
+    payments: Payments
+    # The api role's NOTIFY hub of the SSE streams (None without the role).
+    event_hub: IntentEventHub | None
+    # The services of this process's roles, in start order (they stop in reverse).
+    services: tuple[Service, ...]
+    # Set when the process shuts down: long-lived work (event streams) ends itself.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def close(self) -> None:
+        """Close what `build` opened (Redis, the ledger's batches); the Database is the caller's."""
+        await self.ledger.close()
+        if self.redis is not None:
+            with contextlib.suppress(Exception):
+                await self.redis.aclose()
+
+
+async def build(
+    settings: Settings, database: Database, *, process_id: str, reconcile_intents: bool = True
+) -> Components:
+    """Run the start-up steps from the ledger to the role services (built, not started).
+
+    Raises `StartupError` naming the step that failed. `reconcile_intents=False` skips the
+    reconciler, for a caller that wants the components without touching any intent (tests)."""
+    ledger = await _step("connect the ledger", connect_ledger(settings, database))
+    redis = await _step("connect Redis", connect_redis(settings))
+    payments = _payments(settings, database, ledger, redis, process_id)
+    await _step("seed and verify system accounts", seed_system_accounts(payments))
+    await _step("register channels", _register_channels(payments))
+    await _step("limit the settlement queue", _limit_settlement_queue(database, settings))
+    if reconcile_intents:
+        await _step(
+            "reconcile stuck intents",
+            reconcile(
+                payments, batch_size=settings.reconcile_batch_size, max_intents=settings.reconcile_max_intents
+            ),
+        )
+    # Register PSP drivers: this build ships none yet; the step keeps its place in the order.
+    hub = IntentEventHub(database) if Role.API in settings.worker_roles else None
+    services = _role_services(settings, database, payments, hub, process_id)
+    return Components(settings, database, process_id, ledger, redis, payments, hub, services)
+
+
+async def _step(name: str, work: Awaitable[T]) -> T:
+    started = time.perf_counter()
+    try:
+        result = await work
+    except Exception as exc:
+        raise StartupError(name, exc) from exc
+    log.debug("start-up step done", step=name, ms=round((time.perf_counter() - started) * 1000, 1))
+    return result
+
+
+async def connect_ledger(settings: Settings, database: Database) -> PostgresLedger:
     """The PostgreSQL ledger on the process pool, tried `LEDGER_CONNECT_ATTEMPTS` times, n x backoff apart.
 
     Payments hold, post and void inside the transaction that changes the intent (and completes the
     settlement job), which only the PostgreSQL ledger can join; so the TigerBeetle backend is refused
     here with that reason rather than run without the guarantee.
     """
-    import asyncpg
-
-    from paymanager.ledger import LedgerUnavailableError, PostgresLedger
-    from paymanager.logging import get_logger
-
-    settings = runtime.settings
     if settings.ledger_backend != "postgres":
         raise RuntimeError(
             "payments need LEDGER_BACKEND=postgres: holds commit in the intent's own transaction, which "
             "TigerBeetle cannot join (the TigerBeetle adapter serves `paymanager ledger` commands)"
         )
-    assert runtime.pool is not None
-    ledger = PostgresLedger(runtime.pool)
+    ledger = PostgresLedger(database.pool)
     attempts = settings.ledger_connect_attempts
     for attempt in range(1, attempts + 1):
         try:
             await ledger.ping()
-            runtime.ledger = ledger
-            return
+            return ledger
         except (OSError, asyncpg.PostgresError, LedgerUnavailableError) as exc:
             if attempt == attempts:
                 raise
-            get_logger("paymanager.bootstrap").warning(
-                "ledger not reachable", attempt=attempt, error=str(exc)
-            )
+            log.warning("ledger not reachable", attempt=attempt, error=str(exc))
             await asyncio.sleep(settings.ledger_connect_backoff_ms * attempt / 1000)
+    raise AssertionError("unreachable")
 
 
-async def connect_redis(runtime: Runtime) -> None:
-    if runtime.settings.redis_url is None:
-        return
-    import redis.asyncio as aioredis
-
-    client = aioredis.from_url(runtime.settings.redis_url.get_secret_value(), socket_connect_timeout=5)
+async def connect_redis(settings: Settings) -> aioredis.Redis | None:
+    if settings.redis_url is None:
+        return None
+    client = aioredis.from_url(settings.redis_url.get_secret_value(), socket_connect_timeout=5)
     await client.ping()
-    runtime.redis = client
+    return client
 
 
-def payments_of(runtime: Runtime) -> Payments:
-    payments: Payments = runtime.registry[PAYMENTS]
-    return payments
-
-
-async def seed_system_accounts(runtime: Runtime) -> None:
-    """Builds the payment component (it needs the ledger) and seeds the system accounts."""
-    from paymanager.adapters.redis_events import RedisPublisher
-    from paymanager.adapters.secret_box import SecretBox
-    from paymanager.application.accounts import seed_system_accounts as seed
-    from paymanager.application.context import Payments
-    from paymanager.application.events import EventPublisher, NoPublisher
-    from paymanager.domain.channels import ChannelRegistry
-
-    settings = runtime.settings
-    assert runtime.pool is not None
+def _payments(
+    settings: Settings,
+    database: Database,
+    ledger: PostgresLedger,
+    redis: aioredis.Redis | None,
+    process_id: str,
+) -> Payments:
     kek = settings.psp_config_kek.get_secret_value() if settings.psp_config_kek else None
     previous = (
         settings.psp_config_kek_previous.get_secret_value() if settings.psp_config_kek_previous else None
     )
-    publisher: EventPublisher = RedisPublisher(runtime.redis) if runtime.redis is not None else NoPublisher()
-    payments = Payments(
-        pool=runtime.pool,
-        ledger=runtime.ledger,
+    publisher: EventPublisher = RedisPublisher(redis) if redis is not None else NoPublisher()
+    return Payments(
+        pool=database.pool,
+        ledger=ledger,
         channels=ChannelRegistry(),
         box=SecretBox.from_config(kek, previous),
         settings=settings,
         publisher=publisher,
-        process_id=runtime.process_id,
+        process_id=process_id,
     )
-    runtime.registry[PAYMENTS] = payments
-    await seed(payments)
-    from paymanager.application.backpressure import apply_default_max_depth
 
-    async with runtime.pool.acquire() as conn:
+
+async def _limit_settlement_queue(database: Database, settings: Settings) -> None:
+    async with database.pool.acquire() as conn:
         await apply_default_max_depth(conn, settings.outbox_max_depth)
 
 
-async def register_channels(runtime: Runtime) -> None:
-    from paymanager.domain.channels import DEFAULT_CHANNELS
-    from paymanager.logging import get_logger
-
-    payments = payments_of(runtime)
+async def _register_channels(payments: Payments) -> None:
     for channel in DEFAULT_CHANNELS:
         payments.channels.register(channel)
-    get_logger("paymanager.bootstrap").info("channels registered", channels=payments.channels.names())
+    log.info("channels registered", channels=payments.channels.names())
 
 
-async def reconcile_stuck_intents(runtime: Runtime) -> None:
-    from paymanager.application.reconcile import reconcile
-
-    settings = runtime.settings
-    await reconcile(
-        payments_of(runtime),
-        batch_size=settings.reconcile_batch_size,
-        max_intents=settings.reconcile_max_intents,
-    )
+# Roles whose work runs as jobs. A process gets ONE job Worker serving the queues of all its roles, and
+# one Maintenance (rescuer, pruner, periodic scheduler) whatever its roles.
+JOB_ROLES = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY)
 
 
-async def api_services(runtime: Runtime) -> list[Service]:
-    """The api role: the NOTIFY hub of the SSE streams, the sweeper, and the routes."""
-    from paymanager.api.event_hub import IntentEventHub
-    from paymanager.api.payments import install_payments_api
-    from paymanager.application.sweeper import ApiSweeper
+def _role_services(
+    settings: Settings, database: Database, payments: Payments, hub: IntentEventHub | None, process_id: str
+) -> tuple[Service, ...]:
+    services: list[Service] = []
+    if hub is not None:
+        services += [hub, ApiSweeper(payments)]
+    if any(role in settings.worker_roles for role in JOB_ROLES):
+        # Services stop in reverse order: the worker (stop claiming, finish or give back its jobs)
+        # before the maintenance, whose duty in progress is not work that has to finish.
+        services += [maintenance(settings, database), job_worker(settings, database, payments, process_id)]
+    return tuple(services)
 
-    payments = payments_of(runtime)
-    hub = IntentEventHub(runtime.database_url)
-    runtime.registry.setdefault("api_routers", []).append(install_payments_api(payments, hub))
-    return [hub, ApiSweeper(payments)]
 
-
-async def job_services(runtime: Runtime) -> list[Service]:
-    """The job Worker for the queues of this process's roles, and the engine's maintenance; built once
-    per process (the first job role asks, the others get nothing more)."""
-    if JOB_SERVICES in runtime.registry:
-        return []
-    from paymanager.application.confirm_intent import SETTLE_KIND
-    from paymanager.application.invoice_sweep import INVOICE_QUEUE, SWEEP_KIND, invoice_sweep_handler
-    from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
-    from paymanager.application.settle_intent import settle_handler
-    from paymanager.jobs import OUTBOX_SCHEDULE, Registry, Worker
-
-    settings = runtime.settings
-    assert runtime.pool is not None
+def job_worker(settings: Settings, database: Database, payments: Payments, process_id: str) -> Worker:
+    """The job Worker for the queues of this process's job roles."""
     registry = Registry()
     queues: dict[str, int] = {}
-    if Role.OUTBOX_WORKER in runtime.roles:
+    roles = settings.worker_roles
+    if Role.OUTBOX_WORKER in roles:
         registry.register(
             SETTLE_KIND,
-            settle_handler(payments_of(runtime)),
+            settle_handler(payments),
             queue=OUTBOX_QUEUE,
             max_attempts=settings.outbox_max_attempts,
             backoff=OUTBOX_SCHEDULE,
         )
         registry.register(
-            EXPIRE_KIND, expire_pending_handler(runtime.ledger), queue=OUTBOX_QUEUE, max_attempts=3
+            EXPIRE_KIND, expire_pending_handler(payments.ledger), queue=OUTBOX_QUEUE, max_attempts=3
         )
         queues[OUTBOX_QUEUE] = settings.outbox_concurrency
-    if Role.INVOICE_EXPIRY in runtime.roles:
+    if Role.INVOICE_EXPIRY in roles:
         # One sweep at a time per process; the periodic schedule makes it one per slot cluster-wide.
-        registry.register(SWEEP_KIND, invoice_sweep_handler(payments_of(runtime)), queue=INVOICE_QUEUE,
-                          max_attempts=3)  # fmt: skip
+        registry.register(SWEEP_KIND, invoice_sweep_handler(payments), queue=INVOICE_QUEUE, max_attempts=3)
         queues[INVOICE_QUEUE] = 1
-    worker = Worker(runtime.pool, runtime.database_url, registry, queues, worker_options(runtime))
-    # Services stop in reverse order: the worker (stop claiming, finish or give back its jobs)
-    # before the maintenance, whose duty in progress is not work that has to finish.
-    services: list[Service] = [maintenance(runtime), worker]
-    runtime.registry[JOB_SERVICES] = services
-    return services
+    return Worker(database.pool, database, registry, queues, worker_options(settings, process_id))
 
 
-def worker_options(runtime: Runtime) -> Any:
-    from paymanager.jobs import WorkerOptions
-
-    settings = runtime.settings
+def worker_options(settings: Settings, process_id: str) -> WorkerOptions:
     return WorkerOptions(
-        owner=runtime.process_id,
+        owner=process_id,
         lease_ms=settings.job_lease_ms,
         heartbeat_interval_ms=settings.job_heartbeat_interval_ms,
         poll_interval_ms=settings.outbox_interval_ms,
@@ -209,15 +262,8 @@ def worker_options(runtime: Runtime) -> Any:
     )
 
 
-def maintenance(runtime: Runtime) -> Service:
+def maintenance(settings: Settings, database: Database) -> Maintenance:
     """The engine's maintenance (rescuer, pruner, promoter); it elects one leader cluster-wide."""
-    from paymanager.application.invoice_sweep import INVOICE_QUEUE, SWEEP_KIND
-    from paymanager.application.ledger_ops import EXPIRE_KIND
-    from paymanager.jobs import MaintenanceOptions, PeriodicJob, Retention
-    from paymanager.jobs.maintenance import Maintenance
-
-    settings = runtime.settings
-    assert runtime.pool is not None
     options = MaintenanceOptions(
         rescue_interval_ms=settings.job_rescue_interval_ms,
         max_stalled=settings.job_max_stalled,
@@ -241,5 +287,4 @@ def maintenance(runtime: Runtime) -> Service:
             ),
         ),
     )
-    service: Service = Maintenance(runtime.pool, runtime.database_url, options)
-    return service
+    return Maintenance(database.pool, database, options)

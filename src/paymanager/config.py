@@ -105,8 +105,8 @@ class Settings(BaseSettings):
         le=600_000,
         description="Polling fallback of the outbox worker; LISTEN/NOTIFY wakes it sooner.",
     )
-    # The defaults are the configuration docs/BENCHMARKS.md measures: a claim brings up to
-    # outbox_concurrency / 2 settle jobs (the engine keeps two claims in flight), settled together.
+    # These defaults work together: a claim brings up to outbox_concurrency / 2 settle jobs (the
+    # engine keeps two claims in flight), and the jobs of one claim settle in one transaction.
     outbox_batch_size: int = Field(default=100, ge=1, le=1_000, description="Most jobs claimed per fetch.")
     outbox_claim_cooldown_ms: int = Field(
         default=25,

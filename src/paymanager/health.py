@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
-from paymanager.db.pool import connect
+from paymanager.db.database import Database
 
 
 def _pid_alive(pid: int) -> bool:
@@ -18,10 +18,9 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-async def check_local_processes(dsn: str, stale_ms: int) -> tuple[bool, str]:
+async def check_local_processes(database: Database, stale_ms: int) -> tuple[bool, str]:
     """True when at least one process row of this host is running, alive and freshly heartbeating."""
-    conn = await connect(dsn, application_name="paymanager:health")
-    try:
+    async with database.pool.acquire() as conn:
         rows = await conn.fetch(
             """
             SELECT id, pid, roles, extract(epoch FROM now() - heartbeat_at) * 1000 AS age_ms
@@ -31,8 +30,6 @@ async def check_local_processes(dsn: str, stale_ms: int) -> tuple[bool, str]:
             """,
             socket.gethostname(),
         )
-    finally:
-        await conn.close()
     for row in rows:
         # A row whose pid is gone was killed without a chance to mark itself stopped.
         if row["age_ms"] <= stale_ms and _pid_alive(row["pid"]):

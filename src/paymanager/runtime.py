@@ -1,4 +1,4 @@
-"""The composition root: the start-up sequence of DESIGN §3, the role branches, signals and shutdown.
+"""One paymanager process: the start-up sequence of DESIGN §3, the role branches, signals and shutdown.
 
 Every mix of roles runs the same steps in the same order; a failing step logs and exits 1:
 
@@ -6,8 +6,8 @@ Every mix of roles runs the same steps in the same order; a failing step logs an
     seed and verify system accounts -> register channels -> reconcile stuck intents ->
     register PSP drivers -> start the workers of each role -> install signal handlers -> listen if api
 
-Only this module (and the CLI that calls it) imports concrete adapters. Each step is a named
-coroutine; a component plugs into its step through a `StartupHooks` entry, so the order lives here.
+The steps from the ledger to the role services are `bootstrap.build`, which returns the typed
+`Components`; this module opens the database before them, and starts, serves and stops after them.
 """
 
 from __future__ import annotations
@@ -19,17 +19,20 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 import asyncpg
 
 from paymanager import __version__
+from paymanager.bootstrap import Components, Service, StartupError, build
 from paymanager.config import Settings
 from paymanager.db import migrations
-from paymanager.db.pool import create_pool
+from paymanager.db.database import Database, open_database
+from paymanager.db.pool import Pool
 from paymanager.logging import get_logger
 from paymanager.roles import Role, describe
+
+__all__ = ["Runtime", "Service", "StartupError", "process_id"]
 
 log = get_logger("paymanager.runtime")
 
@@ -37,57 +40,13 @@ log = get_logger("paymanager.runtime")
 STOP_GRACE_S = 2.0
 
 
-class Service(Protocol):
-    """Something a role runs in the background: a worker, a sweep, the heartbeat.
-
-    A service that takes new work (the job worker) may also have `stop_taking_work()`, called for
-    every service at the very start of a shutdown, before any `stop`."""
-
-    name: str
-
-    async def start(self) -> None: ...
-
-    async def stop(self, timeout_s: float) -> None: ...
-
-
-class StartupError(RuntimeError):
-    """A start-up step failed; the process logs it and exits 1."""
-
-    def __init__(self, step: str, cause: BaseException) -> None:
-        self.step = step
-        super().__init__(f"start-up step '{step}' failed: {cause}")
-
-
 def process_id() -> str:
     """`hostname.pid`, the identity of this process in leases, heartbeats and logs."""
     return f"{socket.gethostname()}.{os.getpid()}"
 
 
-def resolve_database_url(settings: Settings) -> str:
-    """`DATABASE_URL`, or the embedded PostgreSQL of the default set-up."""
-    if settings.database_url is not None:
-        return settings.database_url.get_secret_value()
-    from paymanager.db.embedded import start_embedded
-
-    return start_embedded(settings.embedded_pg_dir)
-
-
-Step = Callable[["Runtime"], Awaitable[None]]
-
-
-@dataclass
-class StartupHooks:
-    """What later components contribute to the start-up steps; each list runs in order."""
-
-    connect_ledger: list[Step] = field(default_factory=list)
-    seed_system_accounts: list[Step] = field(default_factory=list)
-    register_channels: list[Step] = field(default_factory=list)
-    reconcile_stuck_intents: list[Step] = field(default_factory=list)
-    register_psp_drivers: list[Step] = field(default_factory=list)
-    role_workers: dict[Role, list[Callable[[Runtime], Awaitable[list[Service]]]]] = field(
-        default_factory=dict
-    )
-    shutdown: list[Step] = field(default_factory=list)
+T = TypeVar("T")
+AfterStart = Callable[[Components], Awaitable[None]]
 
 
 class ProcessHeartbeat:
@@ -95,7 +54,7 @@ class ProcessHeartbeat:
 
     name = "process-heartbeat"
 
-    def __init__(self, pool: asyncpg.Pool, pid: str, roles: frozenset[Role], interval_ms: int) -> None:
+    def __init__(self, pool: Pool, pid: str, roles: frozenset[Role], interval_ms: int) -> None:
         self._pool = pool
         self._id = pid
         self._roles = roles
@@ -138,66 +97,37 @@ class ProcessHeartbeat:
 
 
 class Runtime:
-    """One paymanager process: its settings, pool, ledger, services and HTTP server."""
+    """One paymanager process: its settings, database, components, services and HTTP server."""
 
-    def __init__(self, settings: Settings, hooks: StartupHooks | None = None) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.hooks = hooks if hooks is not None else default_hooks()
         self.roles = settings.worker_roles
         self.process_id = process_id()
-        self.database_url = ""
-        self.pool: asyncpg.Pool | None = None
-        self.ledger: Any = None
-        self.redis: Any = None
+        self.database: Database | None = None
+        self.components: Components | None = None
         self.services: list[Service] = []
-        # Components share objects they build in one step and use in a later one (channels, drivers).
-        self.registry: dict[str, Any] = {}
         self._stop = asyncio.Event()
         self._http: Any = None
         self._http_task: asyncio.Task[None] | None = None
 
     # --- the start-up steps, in order ---------------------------------------------------------
 
-    async def open_database(self) -> None:
-        self.database_url = resolve_database_url(self.settings)
-        self.pool = await create_pool(
-            self.database_url,
-            min_size=self.settings.db_pool_min_size,
-            max_size=self.settings.db_pool_max_size,
-            statement_timeout_ms=self.settings.db_statement_timeout_ms,
-            application_name=f"paymanager:{self.process_id}",
-        )
-        async with self.pool.acquire() as conn:
+    async def open_database(self) -> Database:
+        database = await open_database(self.settings, application_name=f"paymanager:{self.process_id}")
+        self.database = database
+        async with database.pool.acquire() as conn:
             await migrations.check_schema(conn)
+        return database
 
-    async def connect_ledger(self) -> None:
-        await self._run_hooks(self.hooks.connect_ledger)
-
-    async def seed_system_accounts(self) -> None:
-        await self._run_hooks(self.hooks.seed_system_accounts)
-
-    async def register_channels(self) -> None:
-        await self._run_hooks(self.hooks.register_channels)
-
-    async def reconcile_stuck_intents(self) -> None:
-        await self._run_hooks(self.hooks.reconcile_stuck_intents)
-
-    async def register_psp_drivers(self) -> None:
-        await self._run_hooks(self.hooks.register_psp_drivers)
-
-    async def start_role_workers(self) -> None:
-        assert self.pool is not None
+    async def start_role_workers(self, components: Components) -> None:
         heartbeat = ProcessHeartbeat(
-            self.pool, self.process_id, self.roles, self.settings.process_heartbeat_interval_ms
+            components.database.pool, self.process_id, self.roles, self.settings.process_heartbeat_interval_ms
         )
         await self._start_service(heartbeat)
+        for service in components.services:
+            await self._start_service(service)
         for role in Role:
-            if role not in self.roles:
-                continue
-            for factory in self.hooks.role_workers.get(role, []):
-                for service in await factory(self):
-                    await self._start_service(service)
-            if role is not Role.API:
+            if role in self.roles and role is not Role.API:
                 log.info(f"{role.value} starting")
 
     def install_signal_handlers(self) -> None:
@@ -205,15 +135,16 @@ class Runtime:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig.name)
 
-    async def listen_if_api(self) -> None:
+    async def listen_if_api(self, components: Components) -> None:
         if Role.API not in self.roles:
             log.info("started in headless mode", roles=describe(self.roles))
             return
+        # Imported here: a headless process never loads the HTTP stack.
         import uvicorn
 
         from paymanager.api.app import create_app
 
-        app = create_app(self)
+        app = create_app(components)
         config = uvicorn.Config(
             app,
             host=self.settings.host,
@@ -243,33 +174,21 @@ class Runtime:
 
     # --- running and stopping --------------------------------------------------------------------
 
-    async def start(self) -> None:
-        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("open the database pool and check the schema version", self.open_database),
-            ("connect the ledger", self.connect_ledger),
-            ("seed and verify system accounts", self.seed_system_accounts),
-            ("register channels", self.register_channels),
-            ("reconcile stuck intents", self.reconcile_stuck_intents),
-            ("register PSP drivers", self.register_psp_drivers),
-            ("start the workers of each role", self.start_role_workers),
-        ]
-        for name, step in steps:
-            started = time.perf_counter()
-            try:
-                await step()
-            except Exception as exc:
-                raise StartupError(name, exc) from exc
-            log.debug("start-up step done", step=name, ms=round((time.perf_counter() - started) * 1000, 1))
+    async def start(self) -> Components:
+        database = await _step("open the database pool and check the schema version", self.open_database())
+        components = await build(self.settings, database, process_id=self.process_id)
+        self.components = components
+        await _step("start the workers of each role", self.start_role_workers(components))
         self.install_signal_handlers()
-        try:
-            await self.listen_if_api()
-        except Exception as exc:
-            raise StartupError("listen", exc) from exc
+        await _step("listen", self.listen_if_api(components))
+        return components
 
     def request_stop(self, reason: str = "requested") -> None:
         if not self._stop.is_set():
             log.info("shutdown requested", reason=reason)
         self._stop.set()
+        if self.components is not None:
+            self.components.stopping.set()
 
     async def wait_stopped(self) -> None:
         await self._stop.wait()
@@ -283,6 +202,8 @@ class Runtime:
         """Stop listening, let running work finish within the timeout, release the rest, close."""
         timeout_s = self.settings.shutdown_timeout_ms / 1000
         deadline = time.monotonic() + timeout_s
+        if self.components is not None:
+            self.components.stopping.set()
         # First of all, nothing takes new work (workers stop claiming), while HTTP drains.
         for service in self.services:
             stop_taking_work = getattr(service, "stop_taking_work", None)
@@ -301,24 +222,23 @@ class Runtime:
             except Exception as exc:  # one broken service must not keep the others from stopping
                 log.error("service did not stop cleanly", service=service.name, error=repr(exc))
         self.services.clear()
-        await self._run_hooks(self.hooks.shutdown, best_effort=True)
-        if self.redis is not None:
+        if self.components is not None:
             with contextlib.suppress(Exception):
-                await self.redis.aclose()
-        if self.pool is not None:
+                await asyncio.wait_for(self.components.close(), timeout=max(0.1, deadline - time.monotonic()))
+        if self.database is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.pool.close(), timeout=max(0.1, deadline - time.monotonic()))
-            self.pool = None
+                await asyncio.wait_for(self.database.close(), timeout=max(0.1, deadline - time.monotonic()))
+            self.database = None
         log.info("stopped")
 
-    async def run(self, after_start: Step | None = None) -> None:
+    async def run(self, after_start: AfterStart | None = None) -> None:
         """Start, serve until SIGTERM/SIGINT, shut down. `after_start` runs beside the roles once
         everything listens (the demo of `make run`); its failure is logged, never fatal."""
         extra: asyncio.Task[None] | None = None
         try:
-            await self.start()
+            components = await self.start()
             if after_start is not None:
-                extra = asyncio.create_task(self._run_beside(after_start), name="after-start")
+                extra = asyncio.create_task(self._run_beside(after_start, components), name="after-start")
             await self.wait_stopped()
         finally:
             if extra is not None:
@@ -327,9 +247,9 @@ class Runtime:
                     await extra
             await self.shutdown()
 
-    async def _run_beside(self, step: Step) -> None:
+    async def _run_beside(self, step: AfterStart, components: Components) -> None:
         try:
-            await step(self)
+            await step(components)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -341,14 +261,14 @@ class Runtime:
         await service.start()
         self.services.append(service)
 
-    async def _run_hooks(self, hooks: list[Step], *, best_effort: bool = False) -> None:
-        for hook in hooks:
-            try:
-                await hook(self)
-            except Exception as exc:
-                if not best_effort:
-                    raise
-                log.error("shutdown hook failed", hook=getattr(hook, "__name__", repr(hook)), error=repr(exc))
+
+async def _step(name: str, work: Awaitable[T]) -> T:
+    try:
+        return await work
+    except StartupError:
+        raise
+    except Exception as exc:
+        raise StartupError(name, exc) from exc
 
 
 class _EmbeddedServer:
@@ -363,12 +283,3 @@ class _EmbeddedServer:
                 yield
 
         return Server(config)
-
-
-def default_hooks() -> StartupHooks:
-    """The components this build ships, wired into their start-up steps."""
-    hooks = StartupHooks()
-    from paymanager import bootstrap
-
-    bootstrap.install(hooks)
-    return hooks

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
 from fastapi import FastAPI
@@ -11,10 +11,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from paymanager import __version__
 from paymanager.api.errors import error_response, install_error_handlers
+from paymanager.api.payments import install_payments_api
+from paymanager.bootstrap import Components
 from paymanager.db import migrations
-
-if TYPE_CHECKING:
-    from paymanager.runtime import Runtime
 
 API_DESCRIPTION = """
 paymanager's HTTP API. Every route except `/livez`, `/readyz`, `/metrics` and the docs requires an
@@ -22,9 +21,10 @@ HMAC signature (see *Authentication* below).
 """
 
 
-def create_app(runtime: Runtime) -> FastAPI:
+def create_app(components: Components) -> FastAPI:
+    """The app of one process's components; the payments routes need its api role (the event hub)."""
     app = FastAPI(title="paymanager", version=__version__, description=API_DESCRIPTION)
-    app.state.runtime = runtime
+    app.state.components = components
     install_error_handlers(app)
 
     @app.get("/livez", tags=["health"], summary="The process is alive")
@@ -34,9 +34,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     @app.get("/readyz", tags=["health"], summary="The database is reachable and its schema current")
     async def readyz() -> Response:
         checks: dict[str, Any] = {}
-        pool = runtime.pool
-        if pool is None:
-            return error_response(503, "not_ready", "the database pool is not open")
+        pool = components.database.pool
         try:
             async with pool.acquire(timeout=2) as conn:
                 missing = await migrations.missing_migrations(conn)
@@ -51,19 +49,17 @@ def create_app(runtime: Runtime) -> FastAPI:
                 {"missing": [f"{m.version:04d}_{m.name}" for m in missing]},
             )
         checks["schema"] = "current"
-        ledger = runtime.ledger
-        if ledger is not None and hasattr(ledger, "ping"):
-            try:
-                await ledger.ping()
-            except Exception as exc:
-                return error_response(503, "ledger_unreachable", str(exc))
-            checks["ledger"] = "ok"
+        try:
+            await components.ledger.ping()
+        except Exception as exc:
+            return error_response(503, "ledger_unreachable", str(exc))
+        checks["ledger"] = "ok"
         return JSONResponse({"status": "ready", "checks": checks})
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=Response)
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    for install in runtime.registry.get("api_routers", []):
-        install(app)
+    if components.event_hub is not None:
+        install_payments_api(app, components.payments, components.event_hub)
     return app

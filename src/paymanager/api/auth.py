@@ -35,9 +35,9 @@ from paymanager.api.signing import (
     sign,
     signature_matches,
 )
-from paymanager.application import services
 from paymanager.application.context import Payments
-from paymanager.application.services import ServiceIdentity
+from paymanager.application.services import use_cases as services
+from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import ADMIN_SCOPE
 from paymanager.logging import get_logger

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -10,11 +9,11 @@ from fastapi import FastAPI
 from paymanager.api import routes_accounts, routes_channels, routes_intents, routes_policies
 from paymanager.api.auth import ServiceCache
 from paymanager.api.body_limit import BodyLimitMiddleware
-from paymanager.api.event_hub import IntentEventHub
 from paymanager.api.outage import DatabaseOutage
 from paymanager.api.rate_limit import ServiceRateLimiter
 from paymanager.api.schemas import ErrorOut
 from paymanager.application.context import Payments
+from paymanager.application.intents.event_hub import IntentEventHub
 
 SIGNING_DOC = """
 ## Authentication
@@ -98,23 +97,19 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def install_payments_api(payments: Payments, hub: IntentEventHub) -> Callable[[FastAPI], None]:
-    """A callable for `runtime.registry["api_routers"]`, applied by `create_app`."""
-
-    def install(app: FastAPI) -> None:
-        app.state.payments = payments
-        app.state.database_outage = DatabaseOutage(payments.pool)
-        app.state.event_hub = hub
-        app.state.service_cache = ServiceCache(payments.settings.service_cache_ttl_ms)
-        app.state.rate_limiter = ServiceRateLimiter(payments.settings.api_requests_per_sec_per_service)
-        app.description = (app.description or "") + SIGNING_DOC
-        app.add_middleware(BodyLimitMiddleware, max_bytes=payments.settings.api_max_body_bytes)
-        for router in (
-            routes_accounts.router,
-            routes_intents.router,
-            routes_policies.router,
-            routes_channels.router,
-        ):
-            app.include_router(router, responses=ERROR_RESPONSES)
-
-    return install
+def install_payments_api(app: FastAPI, payments: Payments, hub: IntentEventHub) -> None:
+    """The payments routes, the body limit and the authentication docs, on `app`."""
+    app.state.payments = payments
+    app.state.database_outage = DatabaseOutage(payments.pool)
+    app.state.event_hub = hub
+    app.state.service_cache = ServiceCache(payments.settings.service_cache_ttl_ms)
+    app.state.rate_limiter = ServiceRateLimiter(payments.settings.api_requests_per_sec_per_service)
+    app.description = (app.description or "") + SIGNING_DOC
+    app.add_middleware(BodyLimitMiddleware, max_bytes=payments.settings.api_max_body_bytes)
+    for router in (
+        routes_accounts.router,
+        routes_intents.router,
+        routes_policies.router,
+        routes_channels.router,
+    ):
+        app.include_router(router, responses=ERROR_RESPONSES)

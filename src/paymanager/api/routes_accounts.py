@@ -11,10 +11,11 @@ from fastapi.responses import Response
 from paymanager.api.auth import authenticate
 from paymanager.api.idempotent import run_idempotent
 from paymanager.api.schemas import AccountCreate, AccountOut, BalanceOut, HistoryList
-from paymanager.application import accounts, events
+from paymanager.application.accounts import use_cases as accounts
 from paymanager.application.context import Payments
-from paymanager.application.intent_queries import LIST_LIMIT_MAX, intent_view
-from paymanager.application.services import ServiceIdentity
+from paymanager.application.intents import events
+from paymanager.application.intents.queries import LIST_LIMIT_MAX, intent_view
+from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import AccountKind
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Security
 
 from paymanager.api.auth import authenticate
 from paymanager.application.context import Payments
-from paymanager.application.services import ServiceIdentity
+from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.domain.channels import Channel
 
 router = APIRouter(prefix="/channels", tags=["channels"])

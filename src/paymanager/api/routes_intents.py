@@ -15,16 +15,16 @@ from sse_starlette.sse import EventSourceResponse
 
 from paymanager.api.auth import authenticate
 from paymanager.api.errors import domain_error_body, domain_status
-from paymanager.api.event_hub import IntentEventHub
 from paymanager.api.idempotent import run_idempotent
 from paymanager.api.schemas import IntentCreate, IntentList, IntentOut, QuoteOut, QuoteRequest
-from paymanager.application import events
-from paymanager.application.cancel_intent import cancel_intent
-from paymanager.application.confirm_intent import confirm_intent
 from paymanager.application.context import Payments
-from paymanager.application.create_intent import IntentRequest, create_intent, quote, quote_view
-from paymanager.application.intent_queries import LIST_LIMIT_MAX, get_intent, intent_view, list_intents
-from paymanager.application.services import ServiceIdentity
+from paymanager.application.intents import events
+from paymanager.application.intents.cancel import cancel_intent
+from paymanager.application.intents.confirm import confirm_intent
+from paymanager.application.intents.create import IntentRequest, create_intent, quote, quote_view
+from paymanager.application.intents.event_hub import IntentEventHub
+from paymanager.application.intents.queries import LIST_LIMIT_MAX, get_intent, intent_view, list_intents
+from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import ChannelName
 from paymanager.domain.errors import IntentExpiredError
@@ -82,7 +82,7 @@ async def confirm(
 
     async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any]:
         row = await confirm_intent(payments, conn, caller, intent_id, pending, hold_savepoint=False)
-        if row["status"] == IntentStatus.EXPIRED:
+        if row.status is IntentStatus.EXPIRED:
             expired = IntentExpiredError(
                 "the invoice expired before it was confirmed", {"intent": intent_view(row)}
             )
@@ -176,14 +176,14 @@ async def _stream(
 ) -> AsyncIterator[dict[str, Any]]:
     """Subscribed before the first read, so no change between the read and the stream is missed."""
     deadline = time.monotonic() + payments.settings.sse_max_duration_sec
-    runtime = request.app.state.runtime
+    stopping: asyncio.Event = request.app.state.components.stopping
     try:
         event = await _current(payments, caller, intent_id)
         last = event["version"]
         yield _sse(event)
         recheck_at = time.monotonic() + STREAM_RECHECK_S
         while event["status"] not in TERMINAL and time.monotonic() < deadline:
-            if runtime.stopping or await request.is_disconnected():
+            if stopping.is_set() or await request.is_disconnected():
                 return
             try:
                 event = await asyncio.wait_for(queue.get(), timeout=STREAM_WAKE_S)

@@ -11,9 +11,10 @@ from fastapi.responses import Response
 from paymanager.api.auth import require_admin
 from paymanager.api.idempotent import run_idempotent
 from paymanager.api.schemas import PolicyList, PolicyOut, PolicyPut
-from paymanager.application import events, policies
 from paymanager.application.context import Payments
-from paymanager.application.services import ServiceIdentity
+from paymanager.application.intents import events
+from paymanager.application.policies import use_cases as policies
+from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 
 router = APIRouter(prefix="/policies", tags=["policies"])

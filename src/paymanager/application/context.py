@@ -6,13 +6,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from paymanager.adapters.secret_box import SecretBox
-from paymanager.application.events import EventPublisher
+from paymanager.application.intents.events import EventPublisher
 from paymanager.config import Settings
 from paymanager.db.pool import Pool
 from paymanager.domain.channels import ChannelRegistry, SystemAccount, system_account_name
+from paymanager.ledger import TransactionalLedger
 
 Clock = Callable[[], datetime]
 
@@ -26,7 +26,7 @@ class Payments:
     """The payment component of one process: its pool, ledger, channels, keys and publisher."""
 
     pool: Pool
-    ledger: Any
+    ledger: TransactionalLedger
     channels: ChannelRegistry
     box: SecretBox
     settings: Settings

@@ -9,19 +9,24 @@ answers `exists` (or `pending_transfer_already_posted`) instead of moving money 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from paymanager.application.ids import new_id, transfer_id
+from paymanager.application.intents.store import Intent
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import AccountKind, ChannelName
 from paymanager.domain.errors import InsufficientFundsError
 from paymanager.domain.money import currency
+from paymanager.jobs import JobContext
 from paymanager.ledger import (
     AMOUNT_MAX,
     Account,
     AccountFlags,
     CreateTransferResult,
+    Ledger,
+    TransactionalLedger,
     Transfer,
+    TransferEventResult,
     TransferFlags,
     account_id_for,
     ensure_accounts,
@@ -59,7 +64,9 @@ def system_account_id(name: str) -> uuid.UUID:
     return uuid.UUID(int=account_id_for(name))
 
 
-async def open_account(ledger: Any, conn: Conn, account_id: uuid.UUID, code: str, kind: AccountKind) -> None:
+async def open_account(
+    ledger: TransactionalLedger, conn: Conn, account_id: uuid.UUID, code: str, kind: AccountKind
+) -> None:
     """A customer account may never go below zero: pending debits count against it."""
     account = Account(
         id=account_id.int,
@@ -70,7 +77,7 @@ async def open_account(ledger: Any, conn: Conn, account_id: uuid.UUID, code: str
     await _create_accounts(ledger, conn, [account])
 
 
-async def ensure_system_accounts(ledger: Any, ids_by_currency: list[tuple[uuid.UUID, str]]) -> None:
+async def ensure_system_accounts(ledger: Ledger, ids_by_currency: list[tuple[uuid.UUID, str]]) -> None:
     """Create the missing system accounts and verify the others (ledger, code, flags) match.
 
     System accounts have no limit: funding goes negative as money enters the platform.
@@ -82,32 +89,39 @@ async def ensure_system_accounts(ledger: Any, ids_by_currency: list[tuple[uuid.U
     await ensure_accounts(ledger, accounts)
 
 
-async def _create_accounts(ledger: Any, conn: Conn, accounts: list[Account]) -> None:
+async def _create_accounts(ledger: TransactionalLedger, conn: Conn, accounts: list[Account]) -> None:
     results = await ledger.create_accounts(accounts, conn=conn)
     bad = [r for r in results if not r.ok]
     if bad:
         raise LedgerRefusedError(f"the ledger refused accounts: {[r.result.name for r in bad]}")
 
 
-async def balance(ledger: Any, account_id: uuid.UUID) -> dict[str, int]:
+async def balance(ledger: Ledger, account_id: uuid.UUID) -> dict[str, int]:
     figures = await ledger.balance(account_id.int)
     return {"posted": figures.posted, "pending": figures.pending, "available": figures.available}
 
 
-def _legs(intent: Any) -> list[tuple[str, int, int, int]]:
+def _legs(intent: Intent) -> list[tuple[str, int, int, int]]:
     """(purpose, debit account, credit account, amount) of each hold leg of `intent`."""
-    legs = [("amount", intent["payer_account_id"].int, intent["payee_account_id"].int, intent["amount"])]
-    if intent["fee"] > 0:
-        legs.append(("fee", intent["payer_account_id"].int, intent["fee_account_id"].int, intent["fee"]))
+    legs = [("amount", intent.payer_account_id.int, intent.payee_account_id.int, intent.amount)]
+    if intent.fee > 0:
+        assert intent.fee_account_id is not None, "an intent with a fee names its fee account"
+        legs.append(("fee", intent.payer_account_id.int, intent.fee_account_id.int, intent.fee))
     return legs
 
 
-def _code(intent: Any, purpose: str) -> int:
-    return FEE_TRANSFER_CODE if purpose == "fee" else TRANSFER_CODES[ChannelName(intent["channel"])]
+def _code(intent: Intent, purpose: str) -> int:
+    return FEE_TRANSFER_CODE if purpose == "fee" else TRANSFER_CODES[ChannelName(intent.channel)]
 
 
 async def hold(
-    ledger: Any, conn: Conn, intent: Any, hold_id: uuid.UUID, timeout_sec: int, *, savepoint: bool = True
+    ledger: TransactionalLedger,
+    conn: Conn,
+    intent: Intent,
+    hold_id: uuid.UUID,
+    timeout_sec: int,
+    *,
+    savepoint: bool = True,
 ) -> None:
     """Hold the intent's amount and fee with linked pending transfers, or raise `InsufficientFundsError`.
 
@@ -120,9 +134,9 @@ async def hold(
             debit_account_id=debit,
             credit_account_id=credit,
             amount=amount,
-            user_data_128=intent["id"].int,
+            user_data_128=intent.id.int,
             timeout=timeout_sec,
-            ledger=currency(intent["currency"]).numeric,
+            ledger=currency(intent.currency).numeric,
             code=_code(intent, purpose),
             flags=TransferFlags.PENDING | (TransferFlags.LINKED if index < len(legs) - 1 else 0),
         )
@@ -135,14 +149,14 @@ async def hold(
     if CreateTransferResult.exceeds_credits in reasons:
         raise InsufficientFundsError(
             "the payer's available balance does not cover the amount and fee",
-            {"account_id": str(intent["payer_account_id"]), "needed": intent["amount"] + intent["fee"]},
+            {"account_id": str(intent.payer_account_id), "needed": intent.amount + intent.fee},
         )
     raise LedgerRefusedError(
-        f"the ledger refused the hold of intent {intent['id']}: {sorted(r.name for r in reasons)}"
+        f"the ledger refused the hold of intent {intent.id}: {sorted(r.name for r in reasons)}"
     )
 
 
-async def resolve(ledger: Any, conn: Conn, intent: Any, *, post: bool) -> bool:
+async def resolve(ledger: TransactionalLedger, conn: Conn, intent: Intent, *, post: bool) -> bool:
     """Post (`post=True`) or void the intent's holds. Returns False when a post found them voided or
     expired (the funds are released, so the intent must fail); True otherwise. Idempotent."""
     outcome = (await resolve_many(ledger, conn, [(intent, post)]))[0]
@@ -152,7 +166,7 @@ async def resolve(ledger: Any, conn: Conn, intent: Any, *, post: bool) -> bool:
 
 
 async def resolve_many(
-    ledger: Any, conn: Conn, intents: list[tuple[Any, bool]]
+    ledger: TransactionalLedger, conn: Conn, intents: list[tuple[Intent, bool]]
 ) -> list[bool | LedgerRefusedError]:
     """`resolve` for several intents in ONE ledger batch on `conn`: per (intent, post) pair, its
     outcome as `resolve` returns it, or the `LedgerRefusedError` it would raise.
@@ -174,8 +188,9 @@ async def resolve_many(
     return outcomes
 
 
-def _resolve_transfers(intent: Any, *, post: bool) -> list[Transfer]:
-    hold_id = intent["hold_id"]
+def _resolve_transfers(intent: Intent, *, post: bool) -> list[Transfer]:
+    hold_id = intent.hold_id
+    assert hold_id is not None, "a confirmed intent has its hold"
     legs = _legs(intent)
     action = "post" if post else "void"
     flag = TransferFlags.POST_PENDING_TRANSFER if post else TransferFlags.VOID_PENDING_TRANSFER
@@ -184,8 +199,8 @@ def _resolve_transfers(intent: Any, *, post: bool) -> list[Transfer]:
             id=transfer_id(hold_id, f"{action}.{purpose}"),
             pending_id=transfer_id(hold_id, f"hold.{purpose}"),
             amount=AMOUNT_MAX if post else 0,
-            user_data_128=intent["id"].int,
-            ledger=currency(intent["currency"]).numeric,
+            user_data_128=intent.id.int,
+            ledger=currency(intent.currency).numeric,
             code=_code(intent, purpose),
             flags=flag | (TransferFlags.LINKED if index < len(legs) - 1 else 0),
         )
@@ -193,7 +208,9 @@ def _resolve_transfers(intent: Any, *, post: bool) -> list[Transfer]:
     ]
 
 
-def _resolve_outcome(intent: Any, results: list[Any], *, post: bool) -> bool | LedgerRefusedError:
+def _resolve_outcome(
+    intent: Intent, results: list[TransferEventResult], *, post: bool
+) -> bool | LedgerRefusedError:
     done = _POSTED if post else _VOIDED
     released = _VOIDED if post else set()
     outcome = True
@@ -204,9 +221,7 @@ def _resolve_outcome(intent: Any, results: list[Any], *, post: bool) -> bool | L
             outcome = False
             continue
         action = "post" if post else "void"
-        return LedgerRefusedError(
-            f"the ledger refused to {action} intent {intent['id']}: {result.result.name}"
-        )
+        return LedgerRefusedError(f"the ledger refused to {action} intent {intent.id}: {result.result.name}")
     return outcome
 
 
@@ -214,11 +229,11 @@ EXPIRE_KIND = "ledger.expire_pending"
 EXPIRE_BATCH = 1_000
 
 
-def expire_pending_handler(ledger: Any) -> Any:
+def expire_pending_handler(ledger: Ledger) -> Callable[[JobContext], Awaitable[None]]:
     """The periodic job that releases holds past their ledger timeout (a backstop: paymanager voids
     its own holds by their settlement deadline, an hour before the ledger would)."""
 
-    async def handle(ctx: Any) -> None:
+    async def handle(ctx: JobContext) -> None:
         del ctx
         await ledger.expire_pending(limit=EXPIRE_BATCH)
 

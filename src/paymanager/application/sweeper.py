@@ -10,8 +10,9 @@ import contextlib
 
 import asyncpg
 
-from paymanager.application import idempotency, services
 from paymanager.application.context import Payments
+from paymanager.application.idempotency import keys as idempotency
+from paymanager.application.services import use_cases as services
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.sweeper")

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
-from collections.abc import Coroutine
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
+from paymanager.cli._command import fail, load_settings, run_async
 from paymanager.config import Settings, settings_markdown_table
-from paymanager.roles import UnknownRoleError, parse_roles
 
 app = typer.Typer(
     name="paymanager",
@@ -20,41 +17,6 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-
-EXIT_CONFIG = 2
-T = TypeVar("T")
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    typer.echo(message, err=True)
-    raise typer.Exit(code)
-
-
-def load_settings() -> Settings:
-    """Settings from the environment; a bad value exits 2 with a message a person can act on."""
-    try:
-        # Parse the roles first so a typo gets its own message rather than pydantic's wrapping.
-        parse_roles(os.environ.get("WORKER_ROLES"))
-        return Settings()
-    except UnknownRoleError as exc:
-        fail(str(exc), EXIT_CONFIG)
-    except ValidationError as exc:
-        lines = ["invalid configuration:"]
-        for err in exc.errors():
-            where = ".".join(str(part) for part in err["loc"]).upper() or "settings"
-            message = str(err["msg"]).removeprefix("Value error, ")
-            lines.append(f"  {where}: {message}")
-        fail("\n".join(lines), EXIT_CONFIG)
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine on uvloop where it is installed (about 30% more round trips per second with
-    asyncpg on this machine: bench/driver.py --loop), else on the standard event loop."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - Windows
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 @app.command()
@@ -66,9 +28,10 @@ def run(
     demo_intents: Annotated[int, typer.Option(min=1, max=100_000, help="p2p intents of the demo.")] = 300,
 ) -> None:
     """Start paymanager with the roles of WORKER_ROLES."""
+    from paymanager.bootstrap import Components
     from paymanager.logging import configure_logging, get_logger
     from paymanager.roles import describe
-    from paymanager.runtime import Runtime, StartupError, process_id, resolve_database_url
+    from paymanager.runtime import Runtime, StartupError, process_id
 
     settings = load_settings()
     # The demo draws a progress display: keep routine log lines out of it unless LOG_LEVEL asks.
@@ -76,14 +39,14 @@ def run(
     configure_logging(level, settings.log_format, process=process_id(), roles=describe(settings.worker_roles))
     log = get_logger("paymanager")
     if migrate:
-        _migrate(resolve_database_url(settings))
+        _migrate(settings)
     runtime = Runtime(settings)
     after_start = None
     if demo:
         from paymanager.cli.demo import demo_in_runtime
 
-        async def after_start(rt: Runtime) -> None:
-            await demo_in_runtime(rt, accounts=10, intents=demo_intents, concurrency=16)
+        async def after_start(components: Components) -> None:
+            await demo_in_runtime(components, accounts=10, intents=demo_intents, concurrency=16)
 
     try:
         run_async(runtime.run(after_start))
@@ -94,16 +57,18 @@ def run(
         pass
 
 
-def _migrate(dsn: str) -> list[str]:
+def _migrate(settings: Settings) -> list[str]:
     from paymanager.db import migrations
-    from paymanager.db.pool import connect
+    from paymanager.db.database import opened
 
     async def apply() -> list[str]:
-        conn = await connect(dsn, application_name="paymanager:migrate")
-        try:
-            applied = await migrations.migrate(conn)
-        finally:
-            await conn.close()
+        # A dedicated connection: the migration lock is a session advisory lock.
+        async with opened(settings, application_name="paymanager:migrate", max_size=1) as database:
+            conn = await database.connect()
+            try:
+                applied = await migrations.migrate(conn)
+            finally:
+                await conn.close()
         return [f"{m.version:04d}_{m.name}" for m in applied]
 
     return run_async(apply())
@@ -112,10 +77,8 @@ def _migrate(dsn: str) -> list[str]:
 @app.command()
 def migrate() -> None:
     """Apply every pending database migration (safe to run from many processes at once)."""
-    from paymanager.runtime import resolve_database_url
-
     settings = load_settings()
-    applied = _migrate(resolve_database_url(settings))
+    applied = _migrate(settings)
     typer.echo("applied: " + ", ".join(applied) if applied else "the schema is current")
 
 
@@ -136,14 +99,17 @@ def config(
 @app.command()
 def health() -> None:
     """Exec probe: exit 0 while a paymanager process on this host runs with a fresh heartbeat, else 1."""
+    from paymanager.db.database import opened
     from paymanager.health import check_local_processes
-    from paymanager.runtime import resolve_database_url
 
     settings = load_settings()
+
+    async def check() -> tuple[bool, str]:
+        async with opened(settings, application_name="paymanager:health", max_size=1) as database:
+            return await check_local_processes(database, settings.process_heartbeat_stale_ms)
+
     try:
-        ok, message = run_async(
-            check_local_processes(resolve_database_url(settings), settings.process_heartbeat_stale_ms)
-        )
+        ok, message = run_async(check())
     except Exception as exc:
         fail(f"unhealthy: {exc}", 1)
     typer.echo(message)

@@ -25,8 +25,8 @@ from rich.table import Table
 from paymanager.api.signing import signed_headers
 
 if TYPE_CHECKING:
+    from paymanager.bootstrap import Components
     from paymanager.db.pool import Conn
-    from paymanager.runtime import Runtime
 
 CURRENCY = "THB"
 FUNDING_SATANG = 5_000_000
@@ -82,7 +82,7 @@ class DemoResult:
 async def register_services(conn: Conn, kek: str | None) -> tuple[tuple[str, str], tuple[str, str]]:
     """An admin service (funds accounts) and a plain one (moves money), both named for this run."""
     from paymanager.adapters.secret_box import SecretBox
-    from paymanager.application.services import create_service
+    from paymanager.application.services.use_cases import create_service
 
     box = SecretBox.from_config(kek)
     suffix = uuid.uuid4().hex[:6]
@@ -194,27 +194,25 @@ def print_summary(console: Console, result: DemoResult) -> None:
         console.print(f"Ledger invariant (sum of debits = sum of credits): {verdict} {result.ledger_detail}")
 
 
-async def demo_in_runtime(runtime: Runtime, *, accounts: int, intents: int, concurrency: int) -> None:
+async def demo_in_runtime(components: Components, *, accounts: int, intents: int, concurrency: int) -> None:
     """Run the demo against this process's own API once it listens (`paymanager run --demo`)."""
     console = Console(stderr=True)
-    assert runtime.pool is not None
-    kek = runtime.settings.psp_config_kek.get_secret_value() if runtime.settings.psp_config_kek else None
-    async with runtime.pool.acquire() as conn:
+    settings = components.settings
+    kek = settings.psp_config_kek.get_secret_value() if settings.psp_config_kek else None
+    async with components.database.pool.acquire() as conn:
         admin, wallet = await register_services(conn, kek)
-    base_url = f"http://127.0.0.1:{runtime.settings.port}"
+    base_url = f"http://127.0.0.1:{settings.port}"
     console.rule("[bold]paymanager demo")
     result = await run_demo(
         base_url, admin, wallet, accounts=accounts, intents=intents, concurrency=concurrency, console=console
     )
-    verify = getattr(runtime.ledger, "verify", None)
-    if verify is not None:
-        outcome = await verify()
-        result.ledger_ok = outcome.ok
-        result.ledger_detail = (
-            f"({outcome.transfers:,} transfers, {outcome.debits_posted:,} posted)"
-            if outcome.ok
-            else "; ".join(outcome.violations)
-        )
+    outcome = await components.ledger.verify()
+    result.ledger_ok = outcome.ok
+    result.ledger_detail = (
+        f"({outcome.transfers:,} transfers, {outcome.debits_posted:,} posted)"
+        if outcome.ok
+        else "; ".join(outcome.violations)
+    )
     print_summary(console, result)
     console.print(
         f"\npaymanager keeps running: API docs at {base_url}/docs, metrics at {base_url}/metrics. "
@@ -230,20 +228,19 @@ def demo_command(
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="Intents in flight at once.")] = 16,
 ) -> None:
     """Move money through a running paymanager (its api and outbox-worker roles) and show the result."""
-    from paymanager.cli import load_settings, run_async
-    from paymanager.db.pool import connect
-    from paymanager.runtime import resolve_database_url
+    from paymanager.cli._command import load_settings, run_async
+    from paymanager.db.database import opened
 
     settings = load_settings()
     kek = settings.psp_config_kek.get_secret_value() if settings.psp_config_kek else None
     console = Console()
 
     async def go() -> DemoResult:
-        conn = await connect(resolve_database_url(settings), application_name="paymanager:demo")
-        try:
+        async with (
+            opened(settings, application_name="paymanager:demo", max_size=1) as database,
+            database.pool.acquire() as conn,
+        ):
             admin, wallet = await register_services(conn, kek)
-        finally:
-            await conn.close()
         return await run_demo(
             url, admin, wallet, accounts=accounts, intents=intents, concurrency=concurrency, console=console
         )

@@ -22,18 +22,17 @@ def register(app: typer.Typer) -> None:
 
 
 def _with_conn(action: Callable[[Any], Awaitable[T]]) -> T:
-    from paymanager.cli import load_settings
-    from paymanager.db.pool import connect
-    from paymanager.runtime import resolve_database_url
+    from paymanager.cli._command import load_settings
+    from paymanager.db.database import opened
 
-    dsn = resolve_database_url(load_settings())
+    settings = load_settings()
 
     async def run() -> T:
-        conn = await connect(dsn, application_name="paymanager:cli-jobs")
-        try:
+        async with (
+            opened(settings, application_name="paymanager:cli-jobs", max_size=1) as database,
+            database.pool.acquire() as conn,
+        ):
             return await action(conn)
-        finally:
-            await conn.close()
 
     try:
         return asyncio.run(run())
@@ -149,7 +148,7 @@ def prune(
     dead_count: Annotated[int | None, typer.Option(min=0)] = None,
 ) -> None:
     """Delete finished jobs beyond the configured retention (or the limits given here)."""
-    from paymanager.cli import load_settings
+    from paymanager.cli._command import load_settings
 
     settings = load_settings()
     retention = Retention(

@@ -44,18 +44,19 @@ def parse_account(value: str) -> int:
 
 
 def _with_ledger(action: Callable[..., Awaitable[T]]) -> T:
-    from paymanager.cli import load_settings
+    from paymanager.cli._command import load_settings
+    from paymanager.db.database import opened
     from paymanager.ledger import PostgresLedger
-    from paymanager.runtime import resolve_database_url
 
-    dsn = resolve_database_url(load_settings())
+    settings = load_settings()
 
     async def run() -> T:
-        ledger = await PostgresLedger.connect(dsn, max_size=1)
-        try:
-            return await action(ledger)
-        finally:
-            await ledger.close()
+        async with opened(settings, application_name="paymanager:ledger", max_size=1) as database:
+            ledger = PostgresLedger(database.pool)
+            try:
+                return await action(ledger)
+            finally:
+                await ledger.close()
 
     return asyncio.run(run())
 

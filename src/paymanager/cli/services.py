@@ -18,21 +18,20 @@ def create(
     """Register a service and print its id and secret. The secret is shown this once only."""
     from paymanager.adapters.secret_box import SecretBox
     from paymanager.application.errors import ServiceNameTakenError
-    from paymanager.application.services import create_service
-    from paymanager.cli import fail, load_settings
-    from paymanager.db.pool import connect
-    from paymanager.runtime import resolve_database_url
+    from paymanager.application.services.use_cases import create_service
+    from paymanager.cli._command import fail, load_settings
+    from paymanager.db.database import opened
 
     settings = load_settings()
     kek = settings.psp_config_kek.get_secret_value() if settings.psp_config_kek else None
     box = SecretBox.from_config(kek)
 
     async def run() -> tuple[str, str, list[str]]:
-        conn = await connect(resolve_database_url(settings), application_name="paymanager:services")
-        try:
+        async with (
+            opened(settings, application_name="paymanager:services", max_size=1) as database,
+            database.pool.acquire() as conn,
+        ):
             identity, secret = await create_service(conn, box, name, admin=admin)
-        finally:
-            await conn.close()
         return identity.id, secret, sorted(identity.scopes)
 
     try:
@@ -48,25 +47,25 @@ def create(
 @services_app.command("list")
 def list_() -> None:
     """List services (never their secrets)."""
-    from paymanager.application.services import list_services
-    from paymanager.cli import load_settings
-    from paymanager.db.pool import connect
-    from paymanager.runtime import resolve_database_url
+    from paymanager.application.services.store import ServiceListing
+    from paymanager.application.services.use_cases import list_services
+    from paymanager.cli._command import load_settings
+    from paymanager.db.database import opened
 
     settings = load_settings()
 
-    async def run() -> list[dict[str, object]]:
-        conn = await connect(resolve_database_url(settings), application_name="paymanager:services")
-        try:
+    async def run() -> list[ServiceListing]:
+        async with (
+            opened(settings, application_name="paymanager:services", max_size=1) as database,
+            database.pool.acquire() as conn,
+        ):
             return await list_services(conn)
-        finally:
-            await conn.close()
 
     for row in asyncio.run(run()):
-        scopes = ",".join(row["scopes"]) or "-"  # type: ignore[arg-type]
-        disabled = " (disabled)" if row["disabled_at"] else ""
-        limit = row["requests_per_sec_max"] or "default"
-        typer.echo(f"{row['id']}  {row['name']}  scopes={scopes}  rate_limit={limit}{disabled}")
+        scopes = ",".join(row.scopes) or "-"
+        disabled = " (disabled)" if row.disabled_at else ""
+        limit = row.requests_per_sec_max or "default"
+        typer.echo(f"{row.id}  {row.name}  scopes={scopes}  rate_limit={limit}{disabled}")
 
 
 @services_app.command("rate-limit")
@@ -75,10 +74,9 @@ def rate_limit(
     per_sec: Annotated[str, typer.Argument(help="Requests per second per api process, or `default`.")],
 ) -> None:
     """Give a service its own API rate limit (429 rate_limited beyond it), or back the default."""
-    from paymanager.application.services import set_rate_limit
-    from paymanager.cli import fail, load_settings
-    from paymanager.db.pool import connect
-    from paymanager.runtime import resolve_database_url
+    from paymanager.application.services.use_cases import set_rate_limit
+    from paymanager.cli._command import fail, load_settings
+    from paymanager.db.database import opened
 
     if per_sec == "default":
         limit: int | None = None
@@ -90,11 +88,11 @@ def rate_limit(
     settings = load_settings()
 
     async def run() -> bool:
-        conn = await connect(resolve_database_url(settings), application_name="paymanager:services")
-        try:
+        async with (
+            opened(settings, application_name="paymanager:services", max_size=1) as database,
+            database.pool.acquire() as conn,
+        ):
             return await set_rate_limit(conn, service_id, limit)
-        finally:
-            await conn.close()
 
     try:
         found = asyncio.run(run())

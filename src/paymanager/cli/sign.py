@@ -66,7 +66,7 @@ def call_command(
     """Sign and send one request; print the status and the response body. Exit 1 on a 4xx/5xx."""
     import httpx
 
-    from paymanager.cli import load_settings
+    from paymanager.cli._command import load_settings
 
     if not service_id or not secret:
         raise typer.BadParameter("set --service-id and --secret (or PAYMANAGER_SERVICE_ID/_SECRET)")

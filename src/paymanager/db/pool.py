@@ -1,7 +1,7 @@
 """The project's one PostgreSQL driver and pool: asyncpg.
 
-asyncpg was chosen by measurement against psycopg 3 (`bench/driver.py`, figures in docs/BENCHMARKS.md):
-the job engine's claim/complete round trips and the ledger's batch statements are faster on it.
+asyncpg was chosen over psycopg 3 by measurement (`bench/driver.py` compares them): the job
+engine's claim/complete round trips and the ledger's batch statements are faster on it.
 JSON and JSONB columns are decoded with orjson into Python objects on every pooled connection.
 """
 
@@ -32,7 +32,7 @@ async def reset_connection(conn: Conn) -> None:
     """What a connection needs on its way back to the pool: no open transaction, nothing more.
 
     asyncpg's default reset runs `pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL` on every
-    release: a round trip per borrow, which doubled the cost of short pooled calls. Our pooled
+    release: a round trip per borrow, as long as a short pooled call itself. Our pooled
     connections never hold session state (LISTEN, session advisory locks and SETs use dedicated
     connections from `connect`), so only a transaction left open by a cancelled task needs undoing.
     """

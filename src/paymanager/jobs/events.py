@@ -16,7 +16,9 @@ from typing import Any
 import asyncpg
 import orjson
 
-from paymanager.db.pool import Pool, connect
+from paymanager.db.database import Database, listener_of
+from paymanager.db.listener import Subscription
+from paymanager.db.pool import Pool
 from paymanager.jobs._queries import CHANNEL_EVENTS, Q
 from paymanager.logging import get_logger
 
@@ -165,20 +167,21 @@ def _decode(message: str | bytes) -> list[JobEvent]:
 
 
 class EventStream:
-    """Job events received by another process: `async with EventStream(dsn) as events:` then
-    `async for event in events` (PostgreSQL NOTIFY), or `EventStream(redis_url=...)` (Redis pub/sub).
+    """Job events received by another process: `async with EventStream(database) as events:` then
+    `async for event in events` (PostgreSQL NOTIFY, through the Database's LISTEN connection), or
+    `EventStream(redis_url=...)` (Redis pub/sub).
 
     Listening has begun when `__aenter__` returns. A subscriber that falls behind by
     SUBSCRIBER_BUFFER_MAX events loses the oldest ones rather than growing without bound.
     """
 
-    def __init__(self, dsn: str | None = None, *, redis_url: str | None = None) -> None:
-        if (dsn is None) == (redis_url is None):
-            raise ValueError("give exactly one of dsn and redis_url")
-        self._dsn = dsn
+    def __init__(self, database: Database | str | None = None, *, redis_url: str | None = None) -> None:
+        if (database is None) == (redis_url is None):
+            raise ValueError("give exactly one of database and redis_url")
+        self._listener = listener_of(database) if database is not None else None
+        self._subscription = Subscription({CHANNEL_EVENTS: self._push})
         self._redis_url = redis_url
         self._queue: asyncio.Queue[JobEvent] = asyncio.Queue(SUBSCRIBER_BUFFER_MAX)
-        self._conn: Any = None
         self._redis: Any = None
         self._reader: asyncio.Task[None] | None = None
 
@@ -189,9 +192,8 @@ class EventStream:
             self._queue.put_nowait(event)
 
     async def __aenter__(self) -> EventStream:
-        if self._dsn is not None:
-            self._conn = await connect(self._dsn, application_name="paymanager:job-events")
-            await self._conn.add_listener(CHANNEL_EVENTS, lambda _c, _p, _ch, payload: self._push(payload))
+        if self._listener is not None:
+            await self._listener.subscribe(self._subscription)
         else:
             import redis.asyncio as aioredis
 
@@ -219,9 +221,9 @@ class EventStream:
         if self._redis is not None:
             with contextlib.suppress(Exception):
                 await self._redis.aclose()
-        if self._conn is not None:
+        if self._listener is not None:
             with contextlib.suppress(Exception):
-                await self._conn.close()
+                await self._listener.unsubscribe(self._subscription)
 
     def __aiter__(self) -> AsyncIterator[JobEvent]:
         return self._iterate()

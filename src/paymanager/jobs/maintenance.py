@@ -18,7 +18,8 @@ from typing import Any
 
 import asyncpg
 
-from paymanager.db.pool import Pool, connect
+from paymanager.db.database import Database, over_pool
+from paymanager.db.pool import Pool
 from paymanager.jobs._queries import Q
 from paymanager.jobs.events import DeadHook, DeadJob, EventPublisher, JobEvent
 from paymanager.jobs.options import MaintenanceOptions
@@ -48,7 +49,7 @@ class Maintenance:
     def __init__(
         self,
         pool: Pool,
-        dsn: str,
+        database: Database | str,
         options: MaintenanceOptions | None = None,
         *,
         on_dead: DeadHook | None = None,
@@ -56,7 +57,7 @@ class Maintenance:
         redis_url: str | None = None,
     ) -> None:
         self._pool = pool
-        self._dsn = dsn
+        self._database = over_pool(pool, database)
         self._options = options or MaintenanceOptions()
         self._on_dead = on_dead
         # With a clock given (tests), every duty uses it; otherwise the server's clock where it can.
@@ -99,7 +100,7 @@ class Maintenance:
 
     async def _elect(self) -> bool:
         if self._lock_conn is None or self._lock_conn.is_closed():
-            self._lock_conn = await connect(self._dsn, application_name="paymanager:job-leader")
+            self._lock_conn = await self._database.connect(application_name="paymanager:job-leader")
         if await self._lock_conn.fetchval(Q["job_leader_try_lock"], LEADER_LOCK_KEY):
             self.is_leader = True
             log.info("job maintenance leader elected")

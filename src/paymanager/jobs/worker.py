@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 
+from paymanager.db.database import Database, over_pool
 from paymanager.db.pool import Pool
 from paymanager.jobs._completer import Completer
 from paymanager.jobs._listener import Listener
@@ -67,7 +68,7 @@ class Worker:
     def __init__(
         self,
         pool: Pool,
-        dsn: str,
+        database: Database | str,
         registry: Registry,
         queues: dict[str, int],
         options: WorkerOptions | None = None,
@@ -124,7 +125,7 @@ class Worker:
             on_dead,
         )
         self._listener = Listener(
-            dsn,
+            over_pool(pool, database),
             {CHANNEL_AVAILABLE: self._on_available, CHANNEL_CANCEL: self._on_cancel},
             self._on_reconnect,
             self._options.listener_check_interval_ms / 1000,

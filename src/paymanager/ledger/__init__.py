@@ -33,13 +33,14 @@ Deliberate differences of the PostgreSQL ledger from TigerBeetle:
 - Timestamps come from the process clock (nanoseconds, unique per transfer, increasing within a
   process) instead of a cluster clock.
 - A transient failure burns its id even inside a linked chain that is undone.
-- `ledger_transfer` has no foreign keys to `ledger_account` (they cost a third of a batch): the
-  writer only writes transfers between accounts it holds locked, and `verify()` checks references.
+- `ledger_transfer` has no foreign keys to `ledger_account` (each insert would look its accounts up
+  again, while the writer already holds them locked): the writer only writes transfers between
+  accounts it holds locked, and `verify()` checks references.
 """
 
 from paymanager.ledger._batch import BALANCE_MAX
 from paymanager.ledger.connect import open_ledger
-from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger
+from paymanager.ledger.port import HISTORY_LIMIT_MAX, Ledger, TransactionalLedger
 from paymanager.ledger.postgres import LedgerConflictError, PostgresLedger, Verification
 from paymanager.ledger.system_accounts import SystemAccountMismatchError, account_id_for, ensure_accounts
 from paymanager.ledger.tigerbeetle import TigerBeetleLedger
@@ -88,6 +89,7 @@ __all__ = [
     "PostgresLedger",
     "SystemAccountMismatchError",
     "TigerBeetleLedger",
+    "TransactionalLedger",
     "Transfer",
     "TransferEventResult",
     "TransferFlags",

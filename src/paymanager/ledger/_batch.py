@@ -37,7 +37,7 @@ BALANCE_MAX = (1 << 63) - 1
 """Balances and amounts are bigint columns: `overflows_*` fire at this bound (not at 2^128 - 1)."""
 
 # Flags this ledger supports; the others (closing_*, imported) are answered with `reserved_flag`.
-# Plain ints, not IntFlag: flag arithmetic on enum members costs microseconds per event.
+# Plain ints, not IntFlag: this arithmetic runs per event, and on enum members it goes through Python.
 _ACCOUNT_FLAGS_SUPPORTED = int(
     AccountFlags.LINKED
     | AccountFlags.DEBITS_MUST_NOT_EXCEED_CREDITS
@@ -78,7 +78,7 @@ AccountRules = tuple[int, int]
 
 _MISSING: Any = object()
 
-# A dict lookup instead of `CreateTransferResult(code)`, whose enum call cost a microsecond per event.
+# A dict lookup instead of `CreateTransferResult(code)`: the enum's constructor is slow for a per-event call.
 _TRANSFER_RESULTS_BY_CODE = {int(r): r for r in CreateTransferResult}
 
 
@@ -96,8 +96,8 @@ class BatchState:
     balances: dict[int, Balances] = field(default_factory=dict)
     # Every account a batch of transfers can see, by id. `accounts` holds the whole Account only
     # where a batch of accounts needs it (to compare a repeated id); a batch of transfers loads just
-    # these two numbers and the balances, because building a frozen Account per locked row was a
-    # fifth of the client's time at batches of 100 (docs/BENCHMARKS.md, "Ledger").
+    # these two numbers and the balances: a frozen Account per locked row would be built for every
+    # account of every batch, most of them only to read these two fields.
     account_rules: dict[int, AccountRules] = field(default_factory=dict)
     transfers: dict[int, Transfer] = field(default_factory=dict)
     pending: dict[int, PendingState] = field(default_factory=dict)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from paymanager.db.pool import Conn
 from paymanager.ledger.types import (
     Account,
     AccountEventResult,
@@ -77,3 +78,21 @@ class Ledger(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class TransactionalLedger(Ledger, Protocol):
+    """A ledger whose batches can join the caller's open PostgreSQL transaction (`conn=`).
+
+    Payments hold, post and void inside the transaction that changes the intent, so they need this
+    port; the PostgreSQL ledger implements it, TigerBeetle (which cannot join that transaction) does
+    not. `savepoint=False` (with `conn`): the batch takes no savepoint and a transient conflict
+    raises `LedgerConflictError` for the caller to run its whole transaction again.
+    """
+
+    async def create_accounts(
+        self, accounts: Sequence[Account], *, conn: Conn | None = None
+    ) -> list[AccountEventResult]: ...
+
+    async def create_transfers(
+        self, transfers: Sequence[Transfer], *, conn: Conn | None = None, savepoint: bool = True
+    ) -> list[TransferEventResult]: ...

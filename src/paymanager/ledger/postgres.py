@@ -27,7 +27,7 @@ import asyncpg
 from paymanager.db.pool import Conn, Pool, create_pool
 from paymanager.db.sql import load_queries
 from paymanager.ledger._batch import PENDING, BatchState, PendingState
-from paymanager.ledger.port import Ledger, check_history_limit
+from paymanager.ledger.port import TransactionalLedger, check_history_limit
 from paymanager.ledger.types import (
     BATCH_MAX,
     U128_MAX,
@@ -85,16 +85,16 @@ _TRANSIENT = (asyncpg.UniqueViolationError, _StaleReadError, asyncpg.DeadlockDet
 
 
 def _uuid(value: int) -> str:
-    # asyncpg parses 32 hex digits in C: ten times cheaper than building uuid.UUID objects.
+    # asyncpg parses 32 hex digits in C, where uuid.UUID objects would be built in Python.
     return f"{value:032x}"
 
 
 # Array parameters travel as one text literal each ('{...}', cast to the array type in SQL): a
-# join of formatted numbers costs a fraction of asyncpg's binary array encoder, which checks every
+# join of formatted numbers is cheaper than asyncpg's binary array encoder, which checks every
 # element's type in Python. Every element is a number or a name of ours, so nothing needs quoting.
 def _uuids(values: Iterable[int]) -> str:
-    # The 16 bytes of every id, joined, turned into hex in one call with a comma every 16 bytes:
-    # a third of the cost of formatting each id on its own (`f"{v:032x}"`). `to_bytes` raises
+    # The 16 bytes of every id, joined, turned into hex in one call with a comma every 16 bytes,
+    # rather than a format call per id (`f"{v:032x}"`). `to_bytes` raises
     # OverflowError for a value outside u128, which validation excludes.
     return "{" + b"".join([v.to_bytes(16, "big") for v in values]).hex(",", 16) + "}"
 
@@ -577,6 +577,6 @@ async def _write(conn: Conn, state: BatchState, timestamp: int) -> None:
     )
 
 
-def _conforms_to_the_port(ledger: PostgresLedger) -> Ledger:
-    """Never called: mypy checks here that PostgresLedger implements the Ledger port."""
+def _conforms_to_the_port(ledger: PostgresLedger) -> TransactionalLedger:
+    """Never called: mypy checks here that PostgresLedger implements the transactional Ledger port."""
     return ledger

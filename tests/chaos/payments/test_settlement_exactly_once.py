@@ -11,17 +11,16 @@ import uuid
 import asyncpg
 import pytest
 
-from paymanager import bootstrap
-from paymanager.application.accounts import OpenAccount, open_account
-from paymanager.application.confirm_intent import confirm_intent
+from paymanager.application.accounts.use_cases import OpenAccount, open_account
 from paymanager.application.context import Payments
-from paymanager.application.create_intent import IntentRequest, create_intent
-from paymanager.application.events import Pending
+from paymanager.application.intents.confirm import confirm_intent
+from paymanager.application.intents.create import IntentRequest, create_intent
+from paymanager.application.intents.events import Pending
+from paymanager.application.intents.settle import settle
 from paymanager.application.ledger_ops import balance
-from paymanager.application.services import ServiceIdentity, create_service
-from paymanager.application.settle_intent import settle
+from paymanager.application.services.use_cases import ServiceIdentity, create_service
 from paymanager.domain.channels import AccountKind
-from tests.integration.payments.conftest import build_runtime
+from tests.integration.payments.conftest import build_components
 from tests.support.processes import PaymanagerProcess, paymanager_env
 
 pytestmark = pytest.mark.slow
@@ -40,16 +39,16 @@ async def _seed(
     async with payments.pool.acquire() as conn, conn.transaction():
         for _ in range(PAYERS):
             payers.append(
-                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB")))["id"]
+                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB"))).id
             )
             payees.append(
-                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB")))["id"]
+                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB"))).id
             )
         for payer in payers:
             top_up = IntentRequest("admin-transfer", FUNDING, "THB", payee_account_id=payer)
             row = await create_intent(payments, conn, admin, top_up, [])
-            await confirm_intent(payments, conn, admin, row["id"], Pending())
-            await settle(payments, conn, row["id"], settled_by="test")
+            await confirm_intent(payments, conn, admin, row.id, Pending())
+            await settle(payments, conn, row.id, settled_by="test")
     return payers, payees
 
 
@@ -61,7 +60,7 @@ async def _create_and_confirm(
             for i in range(start, start + BATCH):
                 request = IntentRequest("internal-p2p", AMOUNT, "THB", payers[i % PAYERS], payees[i % PAYERS])
                 row = await create_intent(payments, conn, caller, request, [])
-                await confirm_intent(payments, conn, caller, row["id"], Pending())
+                await confirm_intent(payments, conn, caller, row.id, Pending())
 
 
 async def _count(pool: asyncpg.Pool, status: str) -> int:
@@ -98,7 +97,7 @@ async def _wait_holding(pool: asyncpg.Pool, process: PaymanagerProcess, timeout_
 async def test_killed_worker_does_not_make_any_intent_settle_twice(
     pool: asyncpg.Pool, database_url: str
 ) -> None:
-    payments = bootstrap.payments_of(await build_runtime(pool, database_url))
+    payments = (await build_components(pool, database_url)).payments
     async with pool.acquire() as conn:
         admin, _ = await create_service(conn, payments.box, "chaos-admin", admin=True)
         caller, _ = await create_service(conn, payments.box, "chaos-shop", admin=False)

@@ -15,9 +15,9 @@ from fastapi import FastAPI
 from paymanager import bootstrap
 from paymanager.api.app import create_app
 from paymanager.application.context import Payments
-from paymanager.application.services import create_service
+from paymanager.application.services.use_cases import create_service
 from paymanager.config import Settings
-from paymanager.runtime import Runtime, StartupHooks
+from paymanager.db.database import Database
 from tests.support.signed_client import SignedClient
 
 
@@ -33,7 +33,7 @@ class FixedClock:
 
 @dataclass
 class Api:
-    runtime: Runtime
+    components: bootstrap.Components
     payments: Payments
     clock: FixedClock
     admin: SignedClient
@@ -42,39 +42,40 @@ class Api:
     app: FastAPI
 
 
-async def build_runtime(pool: asyncpg.Pool, database_url: str, **overrides: object) -> Runtime:
-    settings = Settings(database_url=database_url, redis_url=None, **overrides)  # type: ignore[arg-type]
-    runtime = Runtime(settings, hooks=StartupHooks())
-    runtime.pool = pool
-    runtime.database_url = database_url
-    await bootstrap.connect_ledger(runtime)
-    await bootstrap.seed_system_accounts(runtime)
-    await bootstrap.register_channels(runtime)
-    return runtime
+async def build_components(
+    pool: asyncpg.Pool, database_url: str, **overrides: object
+) -> bootstrap.Components:
+    """The components of a process with the roles of `overrides` (default: api alone), built on the
+    test's pool without reconciling intents; nothing started."""
+    values: dict[str, object] = {"worker_roles": "api"} | overrides
+    settings = Settings(database_url=database_url, redis_url=None, **values)  # type: ignore[arg-type]
+    return await bootstrap.build(
+        settings, Database(database_url, pool), process_id="test", reconcile_intents=False
+    )
 
 
 @pytest.fixture
 async def payments(pool: asyncpg.Pool, database_url: str) -> Payments:
-    return bootstrap.payments_of(await build_runtime(pool, database_url))
+    return (await build_components(pool, database_url)).payments
 
 
 @pytest.fixture
 async def api(pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
-    runtime = await build_runtime(pool, database_url)
-    payments = bootstrap.payments_of(runtime)
+    components = await build_components(pool, database_url)
+    payments = components.payments
     clock = FixedClock()
     payments.clock = clock
-    services = await bootstrap.api_services(runtime)
+    services = components.services
     for service in services:
         await service.start()
-    app = create_app(runtime)
+    app = create_app(components)
     async with pool.acquire() as conn:
         admin, admin_secret = await create_service(conn, payments.box, "admin", admin=True)
         plain, plain_secret = await create_service(conn, payments.box, "shop", admin=False)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
         yield Api(
-            runtime, payments, clock, SignedClient(http, admin.id, admin_secret),
+            components, payments, clock, SignedClient(http, admin.id, admin_secret),
             SignedClient(http, plain.id, plain_secret), http, app,
         )  # fmt: skip
     for service in reversed(services):

@@ -8,7 +8,7 @@ import orjson
 from structlog.testing import capture_logs
 
 from paymanager.api.signing import new_nonce, sign, signed_headers
-from paymanager.application.services import create_service
+from paymanager.application.services.use_cases import create_service
 from tests.integration.payments.conftest import Api
 from tests.support.signed_client import SignedClient
 

@@ -7,11 +7,11 @@ import uuid
 
 import asyncpg
 
-from paymanager.application.backpressure import apply_default_max_depth
-from paymanager.application.confirm_intent import OUTBOX_QUEUE
-from paymanager.application.settle_intent import settle
+from paymanager.application.intents.backpressure import apply_default_max_depth
+from paymanager.application.intents.confirm import OUTBOX_QUEUE
+from paymanager.application.intents.settle import settle
 from paymanager.jobs import admin as job_admin
-from tests.integration.payments.conftest import Api, build_runtime
+from tests.integration.payments.conftest import Api, build_components
 
 
 async def _unfinished_outbox_jobs(api: Api) -> int:
@@ -67,12 +67,12 @@ async def test_a_confirm_into_a_full_queue_answers_503_and_holds_nothing(api: Ap
 async def test_start_up_limits_the_settlement_queue_unless_an_operator_did(
     pool: asyncpg.Pool, database_url: str
 ) -> None:
-    await build_runtime(pool, database_url, outbox_max_depth=1234)
+    await build_components(pool, database_url, outbox_max_depth=1234)
     async with pool.acquire() as conn:
         queues = {row["name"]: row["max_depth"] for row in await job_admin.list_queues(conn)}
         assert queues[OUTBOX_QUEUE] == 1234
         await job_admin.set_max_depth(conn, OUTBOX_QUEUE, 50)
-    await build_runtime(pool, database_url, outbox_max_depth=1234)
+    await build_components(pool, database_url, outbox_max_depth=1234)
     async with pool.acquire() as conn:
         assert await apply_default_max_depth(conn, 999) == 50
         queues = {row["name"]: row["max_depth"] for row in await job_admin.list_queues(conn)}

@@ -12,12 +12,11 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from paymanager import bootstrap
 from paymanager.api.app import create_app
-from paymanager.application.services import create_service
+from paymanager.application.services.use_cases import create_service
 from paymanager.db import migrations
 from paymanager.db.pool import create_pool
-from tests.integration.payments.conftest import build_runtime
+from tests.integration.payments.conftest import build_components
 from tests.support.private_postgres import PrivatePostgres
 from tests.support.signed_client import SignedClient
 
@@ -39,15 +38,15 @@ async def outage_api(private_pg: PrivatePostgres) -> AsyncIterator[tuple[SignedC
     finally:
         await conn.close()
     pool = await create_pool(private_pg.url, min_size=1, max_size=4)
-    runtime = await build_runtime(pool, private_pg.url)
-    payments = bootstrap.payments_of(runtime)
-    services = await bootstrap.api_services(runtime)
+    components = await build_components(pool, private_pg.url)
+    payments = components.payments
+    services = components.services
     for service in services:
         await service.start()
     async with pool.acquire() as conn:
         shop, secret = await create_service(conn, payments.box, "shop", admin=False)
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_app(runtime)), base_url="http://t"
+        transport=httpx.ASGITransport(app=create_app(components)), base_url="http://t"
     ) as http:
         yield SignedClient(http, shop.id, secret), http
     for service in reversed(services):

@@ -12,15 +12,16 @@ import asyncpg
 import orjson
 import pytest
 
-from paymanager.api import event_hub as hub_module
-from paymanager.api.event_hub import IntentEventHub
-from paymanager.application.events import NOTIFY_CHANNEL
+from paymanager.application.intents.event_hub import IntentEventHub
+from paymanager.application.intents.events import NOTIFY_CHANNEL
+from paymanager.db import database as database_module
 from tests.integration.payments.conftest import Api
 from tests.support.waiting import wait_until
 
 
 def _hub(api: Api) -> IntentEventHub:
-    return api.http._transport.app.state.event_hub  # type: ignore[attr-defined]
+    hub: IntentEventHub = api.app.state.event_hub
+    return hub
 
 
 async def _delivered(pool: asyncpg.Pool, queue: asyncio.Queue[dict[str, Any]], intent_id: str) -> bool:
@@ -41,7 +42,7 @@ async def _kill_hub_connection(pool: asyncpg.Pool) -> int:
     return int(
         await pool.fetchval(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE application_name = 'paymanager:intent-events' AND datname = current_database()"
+            " WHERE application_name = 'paymanager:listen' AND datname = current_database()"
         )
     )
 
@@ -63,7 +64,7 @@ async def test_hub_relistens_when_its_new_connection_dies_before_listen(
     or no termination listener is left to start another and subscribers hear nothing ever again."""
     hub = _hub(api)
     pool = api.payments.pool
-    real_connect = hub_module.connect
+    real_connect = database_module.connect
     calls = 0
 
     async def connect_then_die(dsn: str, *, application_name: str) -> asyncpg.Connection:
@@ -79,11 +80,11 @@ async def test_hub_relistens_when_its_new_connection_dies_before_listen(
             await wait_until(closed)  # the hub gets a connection already closed under it
         return conn
 
-    monkeypatch.setattr(hub_module, "connect", connect_then_die)
+    monkeypatch.setattr(database_module, "connect", connect_then_die)
     intent_id = str(uuid.uuid4())
     queue = hub.subscribe(intent_id)
     assert await _kill_hub_connection(pool) == 1
     delivered = await _delivered(pool, queue, intent_id)
-    task = hub._reconnect
+    task = api.components.database.listener._task
     died = task.exception() if task is not None and task.done() and not task.cancelled() else None
     assert delivered, f"the hub never listened again; its reconnect task died of {died!r}"

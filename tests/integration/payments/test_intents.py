@@ -12,10 +12,11 @@ import httpx
 import orjson
 import pytest
 
-from paymanager.api.idempotent import LEDGER_CONFLICT_RETRIES_MAX
-from paymanager.application.events import NOTIFY_CHANNEL, event_payload
-from paymanager.application.reconcile import reconcile
-from paymanager.application.settle_intent import settle
+from paymanager.application.idempotency.unit_of_work import LEDGER_CONFLICT_RETRIES_MAX
+from paymanager.application.intents.events import NOTIFY_CHANNEL, event_payload
+from paymanager.application.intents.reconcile import reconcile
+from paymanager.application.intents.settle import settle
+from paymanager.application.intents.store import Intent
 from paymanager.ledger import LedgerConflictError, Transfer
 from tests.integration.payments.conftest import Api
 from tests.support.locks import wait_for_a_waiter_behind
@@ -450,7 +451,7 @@ async def test_confirm_refusals_and_its_notified_event(api: Api, database_url: s
                 break
             await asyncio.sleep(0.05)
         assert [n for n in notified if n["intent_id"] == created["id"] and n["status"] == "confirmed"] == [
-            event_payload(row)
+            event_payload(Intent.from_row(row))
         ]
     finally:
         await listener.close()

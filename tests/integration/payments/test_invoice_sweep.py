@@ -7,9 +7,8 @@ import time
 
 import asyncpg
 
-from paymanager import bootstrap
-from paymanager.application.invoice_sweep import SWEEP_KIND
-from tests.integration.payments.conftest import Api, build_runtime
+from paymanager.application.intents.invoice_sweep import SWEEP_KIND
+from tests.integration.payments.conftest import Api, build_components
 from tests.support.waiting import wait_until
 
 
@@ -36,10 +35,10 @@ async def test_two_sweeping_processes_expire_due_invoices_once_per_slot(
 
     services = []
     for _ in range(2):
-        runtime = await build_runtime(
+        components = await build_components(
             pool, database_url, worker_roles="invoice-expiry", invoice_expiry_sweep_interval_ms=1_000
         )
-        services += await bootstrap.job_services(runtime)
+        services += components.services
     for service in services:
         await service.start()
     try:

@@ -7,9 +7,9 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from paymanager.application.confirm_intent import OUTBOX_QUEUE, SETTLE_KIND
-from paymanager.application.reconcile import reconcile
-from paymanager.application.settle_intent import settle, settle_handler
+from paymanager.application.intents.confirm import OUTBOX_QUEUE, SETTLE_KIND
+from paymanager.application.intents.reconcile import reconcile
+from paymanager.application.intents.settle import settle, settle_handler
 from paymanager.jobs import Registry, Worker, WorkerOptions
 from tests.integration.payments.conftest import Api
 
@@ -100,7 +100,7 @@ async def test_a_worker_settles_confirmed_intents_through_the_outbox(api: Api) -
     registry = Registry()
     registry.register(SETTLE_KIND, settle_handler(api.payments), queue=OUTBOX_QUEUE)
     pool = api.payments.pool
-    worker = Worker(pool, api.runtime.database_url, registry, {OUTBOX_QUEUE: 4}, WorkerOptions(owner="test"))
+    worker = Worker(pool, api.components.database, registry, {OUTBOX_QUEUE: 4}, WorkerOptions(owner="test"))
     await worker.start()
     try:
         deadline = time.monotonic() + 15

@@ -4,7 +4,7 @@ Retry-After, other services are unaffected, and the budget comes back with time.
 from __future__ import annotations
 
 from paymanager.api.rate_limit import ServiceRateLimiter
-from paymanager.application.services import set_rate_limit
+from paymanager.application.services.use_cases import set_rate_limit
 from tests.integration.payments.conftest import Api
 
 

@@ -12,12 +12,13 @@ import orjson
 import redis.asyncio as aioredis
 
 from paymanager.adapters.redis_events import RedisPublisher
-from paymanager.application.cancel_intent import cancel_intent
-from paymanager.application.confirm_intent import OUTBOX_QUEUE, SETTLE_KIND
-from paymanager.application.events import NOTIFY_CHANNEL, event_payload, topic
+from paymanager.application.intents.cancel import cancel_intent
+from paymanager.application.intents.confirm import OUTBOX_QUEUE, SETTLE_KIND
+from paymanager.application.intents.events import NOTIFY_CHANNEL, event_payload, topic
+from paymanager.application.intents.settle import settle, settle_handler
+from paymanager.application.intents.store import Intent
 from paymanager.application.ledger_ops import LedgerRefusedError
-from paymanager.application.services import load_service
-from paymanager.application.settle_intent import settle, settle_handler
+from paymanager.application.services.use_cases import load_service
 from paymanager.jobs import JobContext, LeaseLostError, PermanentError, enqueue
 from tests.integration.payments.conftest import Api
 from tests.support.job_contexts import context_from_row
@@ -343,7 +344,7 @@ async def test_a_group_announces_each_change_by_notify_and_redis_as_the_rows_say
     rows = await pool.fetch(
         "SELECT * FROM intent WHERE id = ANY($1::uuid[])", [uuid.UUID(i) for i, _ in intents]
     )
-    expected = sorted((event_payload(row) for row in rows), key=lambda e: e["intent_id"])
+    expected = sorted((event_payload(Intent.from_row(row)) for row in rows), key=lambda e: e["intent_id"])
     assert sorted(notified, key=lambda e: e["intent_id"]) == expected
     assert sorted(published, key=lambda e: e["intent_id"]) == expected
     assert {e["status"] for e in expected} == {"settled"}

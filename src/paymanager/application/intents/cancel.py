@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-from paymanager.application import events
 from paymanager.application.context import Payments
-from paymanager.application.intent_queries import get_intent
-from paymanager.application.services import ServiceIdentity
-from paymanager.application.settle_intent import finish
+from paymanager.application.intents import events
+from paymanager.application.intents.queries import get_intent
+from paymanager.application.intents.settle import finish
+from paymanager.application.intents.store import Intent
+from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.intents import IntentStatus
 
@@ -21,8 +21,8 @@ async def cancel_intent(
     conn: Conn,
     caller: ServiceIdentity,
     intent_id: uuid.UUID,
-    pending: list[dict[str, Any]],
-) -> Any:
+    pending: list[events.Event],
+) -> Intent:
     """Under the intent's row lock, so a settlement running at the same moment either wins (and the
     cancel answers 409 invalid_transition) or finds the intent cancelled and does nothing."""
     row = await get_intent(conn, caller, intent_id, lock=True)

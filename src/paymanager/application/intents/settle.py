@@ -13,22 +13,23 @@ reconciler keep the single-intent `finish`.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from paymanager.application import events, ledger_ops
+from paymanager.application import ledger_ops
 from paymanager.application.context import Payments
+from paymanager.application.intents import events
+from paymanager.application.intents.store import Intent, IntentStore, Settled
 from paymanager.db.pool import Conn
-from paymanager.db.sql import load_queries
 from paymanager.domain.errors import DomainError
 from paymanager.domain.intents import IntentStatus, SettlementOutcome, transition
 from paymanager.jobs import JobContext, PermanentError
 from paymanager.jobs.batch import SharedTransactions
 from paymanager.logging import get_logger
 
-Q = load_queries("paymanager.application", "intents.sql")
 log = get_logger("paymanager.settlement")
 
 DEADLINE_PASSED = "settlement deadline passed"
@@ -38,41 +39,45 @@ EXPIRED = "the invoice expired before it was confirmed"
 async def finish(
     payments: Payments,
     conn: Conn,
-    row: Any,
+    row: Intent,
     target: IntentStatus,
     *,
     settled_by: str,
     reason: str | None = None,
-) -> Any:
-    """Move a locked, confirmed (or created) intent to `target`, resolving its holds; returns the row."""
-    channel = payments.channels.get(row["channel"])
-    transition(IntentStatus(row["status"]), target, expires=channel.expires)
+) -> Intent:
+    """Move a locked, confirmed (or created) intent to `target`, resolving its holds; returns it."""
+    channel = payments.channels.get(row.channel)
+    transition(row.status, target, expires=channel.expires)
     now = payments.clock()
-    if row["status"] == IntentStatus.CONFIRMED:
+    store = IntentStore(conn)
+    if row.status is IntentStatus.CONFIRMED:
         posted = await ledger_ops.resolve(payments.ledger, conn, row, post=target is IntentStatus.SETTLED)
         if target is IntentStatus.SETTLED and not posted:
             # The ledger expired the holds first: the money never moved, so the intent failed.
             target, reason = IntentStatus.FAILED, "the ledger expired the hold before settlement"
         outcome = SettlementOutcome.POSTED if target is IntentStatus.SETTLED else SettlementOutcome.VOIDED
-        updated = await conn.fetchrow(
-            Q["intent_finish_settled"], row["id"], target.value, row["status"], now, reason, outcome.value,
-            settled_by,
+        updated = await store.finish_settled(
+            intent_id=row.id, status=target, from_status=row.status, now=now, reason=reason,
+            outcome=outcome.value, settled_by=settled_by,
         )  # fmt: skip
     else:
-        updated = await conn.fetchrow(Q["intent_finish"], row["id"], target.value, row["status"], now, reason)
+        updated = await store.finish(
+            intent_id=row.id, status=target, from_status=row.status, now=now, reason=reason
+        )
     assert updated is not None, "the row lock guarantees the status did not change"
     await events.notify(conn, events.event_payload(updated))
     return updated
 
 
-async def settle(payments: Payments, conn: Conn, intent_id: uuid.UUID, *, settled_by: str) -> Any | None:
+async def settle(payments: Payments, conn: Conn, intent_id: uuid.UUID, *, settled_by: str) -> Intent | None:
     """Settle a confirmed intent (or fail it past its deadline); None when there is nothing to do."""
-    row = await conn.fetchrow(Q["intent_lock"], intent_id)
+    row = await IntentStore(conn).get(intent_id=intent_id, lock=True)
     if row is None:
         raise PermanentError(f"intent {intent_id} does not exist")
-    if row["status"] != IntentStatus.CONFIRMED:
+    if row.status is not IntentStatus.CONFIRMED:
         return None  # Cancelled or failed meanwhile, or settled by an earlier claim of this job.
-    if payments.clock() >= row["settle_deadline_at"]:
+    assert row.settle_deadline_at is not None, "a confirmed intent has its deadline"
+    if payments.clock() >= row.settle_deadline_at:
         return await finish(
             payments, conn, row, IntentStatus.FAILED, settled_by=settled_by, reason=DEADLINE_PASSED
         )
@@ -83,12 +88,12 @@ async def settle(payments: Payments, conn: Conn, intent_id: uuid.UUID, *, settle
 class _Plan:
     """What the group settlement will do to one locked, confirmed intent."""
 
-    row: Any
+    row: Intent
     target: IntentStatus
     reason: str | None
 
 
-Outcome = dict[str, Any] | Exception | None
+Outcome = events.Event | Exception | None
 
 
 async def settle_many(
@@ -103,7 +108,7 @@ async def settle_many(
     intent's legs are one linked chain, applied or refused as a whole), so no savepoint is needed.
     Semantics are `settle`'s: a deadline passed voids and fails, a hold the ledger already expired
     fails. An error of a statement itself fails the whole group (the caller's transaction rolls back)."""
-    rows = {row["id"]: row for row in await conn.fetch(Q["intent_lock_many"], sorted(set(intent_ids)))}
+    rows = {row.id: row for row in await IntentStore(conn).lock_many(intent_ids=intent_ids)}
     now = payments.clock()
     outcomes: list[Outcome] = [None] * len(intent_ids)
     plans: list[tuple[int, _Plan]] = []
@@ -113,9 +118,9 @@ async def settle_many(
         row = rows.get(intent_id)
         if row is None:
             outcomes[index] = PermanentError(f"intent {intent_id} does not exist")
-        elif row["status"] == IntentStatus.CONFIRMED and intent_id in seen:
+        elif row.status is IntentStatus.CONFIRMED and intent_id in seen:
             duplicates.append((index, seen[intent_id]))  # shares the first job's fate (below)
-        elif row["status"] == IntentStatus.CONFIRMED:
+        elif row.status is IntentStatus.CONFIRMED:
             seen[intent_id] = index
             try:
                 plans.append((index, _plan(payments, row, now)))
@@ -169,40 +174,48 @@ async def _resolve_without_refused(
     return resolved
 
 
-def _plan(payments: Payments, row: Any, now: datetime) -> _Plan:
+def _plan(payments: Payments, row: Intent, now: datetime) -> _Plan:
     """Where a locked, confirmed intent goes: settled, or failed past its deadline."""
-    late = now >= row["settle_deadline_at"]
+    assert row.settle_deadline_at is not None, "a confirmed intent has its deadline"
+    late = now >= row.settle_deadline_at
     target = IntentStatus.FAILED if late else IntentStatus.SETTLED
-    transition(IntentStatus(row["status"]), target, expires=payments.channels.get(row["channel"]).expires)
+    transition(row.status, target, expires=payments.channels.get(row.channel).expires)
     return _Plan(row, target, DEADLINE_PASSED if late else None)
 
 
-async def _finish_many(
-    conn: Conn, plans: list[_Plan], now: datetime, settled_by: str
-) -> list[dict[str, Any]]:
+async def _finish_many(conn: Conn, plans: list[_Plan], now: datetime, settled_by: str) -> list[events.Event]:
     """One statement: the status updates, settlement rows and NOTIFYs of `plans`; their events, in order."""
     if not plans:
         return []
     # The rows are locked, so each event is known before the update: the version goes up by one.
-    changes = [
-        {**plan.row, "status": plan.target.value, "version": plan.row["version"] + 1, "updated_at": now}
+    notices = [
+        events.event_payload(
+            dataclasses.replace(plan.row, status=plan.target, version=plan.row.version + 1, updated_at=now)
+        )
         for plan in plans
     ]
-    notices = [events.event_payload(change) for change in changes]
-    outcomes = [
-        (SettlementOutcome.POSTED if p.target is IntentStatus.SETTLED else SettlementOutcome.VOIDED).value
-        for p in plans
+    settled = [
+        Settled(
+            id=plan.row.id,
+            status=plan.target,
+            reason=plan.reason,
+            outcome=(
+                SettlementOutcome.POSTED if plan.target is IntentStatus.SETTLED else SettlementOutcome.VOIDED
+            ).value,
+            notice=events.notify_text(notice),
+        )
+        for plan, notice in zip(plans, notices, strict=True)
     ]
-    done = await conn.fetch(
-        Q["intent_finish_settled_many"], [p.row["id"] for p in plans], [p.target.value for p in plans],
-        [p.reason for p in plans], outcomes, [events.notify_text(n) for n in notices], now, settled_by,
-        events.NOTIFY_CHANNEL,
-    )  # fmt: skip
-    assert len(done) == len(plans), "the row locks guarantee every planned intent was confirmed"
+    done = await IntentStore(conn).finish_settled_many(
+        settled=settled, now=now, settled_by=settled_by, notify_channel=events.NOTIFY_CHANNEL
+    )
+    assert done == len(plans), "the row locks guarantee every planned intent was confirmed"
     return notices
 
 
-def settle_handler(payments: Payments, *, batch_max: int | None = None) -> Any:
+def settle_handler(
+    payments: Payments, *, batch_max: int | None = None
+) -> Callable[[JobContext], Awaitable[None]]:
     """The `intent.settle` job: the intents of concurrently running jobs settle together in shared
     transactions (jobs/batch.py), each fenced by its job's lease; after each commit their Redis
     events go out in one round trip. `batch_max` defaults to `outbox_batch_size`."""
@@ -213,10 +226,10 @@ def settle_handler(payments: Payments, *, batch_max: int | None = None) -> Any:
             payments, conn, [intent_id for _, intent_id in items], settled_by=payments.process_id
         )
 
-    async def after_commit(committed: list[dict[str, Any] | None]) -> None:
+    async def after_commit(committed: list[events.Event | None]) -> None:
         await publish_many(payments, [payload for payload in committed if payload is not None])
 
-    shared: SharedTransactions[uuid.UUID, dict[str, Any] | None] = SharedTransactions(
+    shared: SharedTransactions[uuid.UUID, events.Event | None] = SharedTransactions(
         payments.pool,
         work,
         batch_max=batch_max or settings.outbox_batch_size,
@@ -230,19 +243,19 @@ def settle_handler(payments: Payments, *, batch_max: int | None = None) -> Any:
     return handle
 
 
-async def publish_many(payments: Payments, payloads: list[dict[str, Any]]) -> None:
+async def publish_many(payments: Payments, payloads: list[events.Event]) -> None:
     """Best effort after the commit, one round trip for a group: see `publish`."""
     if not payloads:
         return
     try:
-        await payments.publisher.publish_many([(events.topic(p["intent_id"]), p) for p in payloads])
+        await payments.publisher.publish_many([(events.topic(str(p["intent_id"])), p) for p in payloads])
     except Exception as exc:
         log.warning("events not published to Redis", intents=len(payloads), error=repr(exc))
 
 
-async def publish(payments: Payments, payload: dict[str, Any]) -> None:
+async def publish(payments: Payments, payload: events.Event) -> None:
     """Best effort after the commit: a Redis failure must not undo or retry a committed settlement."""
     try:
-        await payments.publisher.publish(events.topic(payload["intent_id"]), payload)
+        await payments.publisher.publish(events.topic(str(payload["intent_id"])), payload)
     except Exception as exc:
         log.warning("event not published to Redis", intent_id=payload["intent_id"], error=repr(exc))

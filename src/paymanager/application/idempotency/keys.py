@@ -11,14 +11,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from paymanager.application.errors import IdempotencyKeyMissingError, IdempotencyKeyReusedError
+from paymanager.application.idempotency.store import Claim, IdempotencyStore
 from paymanager.db.pool import Conn
-from paymanager.db.sql import load_queries
 from paymanager.domain.errors import InvalidInputError
-
-Q = load_queries("paymanager.application", "idempotency.sql")
 
 KEY_CHARS_MAX = 255
 
@@ -26,7 +23,7 @@ KEY_CHARS_MAX = 255
 @dataclass(frozen=True, slots=True)
 class StoredOutcome:
     status_code: int
-    body: Any
+    body: object
 
 
 def request_hash(method: str, path: str, body: bytes) -> bytes:
@@ -73,38 +70,46 @@ async def claim_signed(
     back); otherwise True and the stored outcome when the key has one (None: the key is ours now).
     Raises `IdempotencyKeyReusedError` when the key was used for a different request.
     """
-    row = await conn.fetchrow(
-        Q["idempotency_key_claim_signed"], wanted.service_id, wanted.key, wanted.method, wanted.path,
-        wanted.digest, wanted.now, wanted.expires_at, signature, signature_expires_at,
-    )  # fmt: skip
-    assert row is not None, "the statement always returns one row"
-    if not row["fresh_signature"]:
+    store = IdempotencyStore(conn)
+    result = await store.claim_signed(
+        Claim(
+            service_id=wanted.service_id,
+            key=wanted.key,
+            method=wanted.method,
+            path=wanted.path,
+            request_hash=wanted.digest,
+            now=wanted.now,
+            expires_at=wanted.expires_at,
+            signature=signature,
+            signature_expires_at=signature_expires_at,
+        )
+    )
+    if not result.fresh_signature:
         return False, None
-    return True, None if row["claimed"] else await _stored(conn, wanted)
+    return True, None if result.claimed else await _stored(store, wanted)
 
 
-async def _stored(conn: Conn, wanted: KeyClaim) -> StoredOutcome:
-    row = await conn.fetchrow(Q["idempotency_key_get"], wanted.service_id, wanted.key)
-    assert row is not None, "the conflicting row was committed before our claim returned"
-    assert row["status_code"] is not None, "a committed key always has its outcome"
-    if row["request_hash"] != wanted.digest:
+async def _stored(store: IdempotencyStore, wanted: KeyClaim) -> StoredOutcome:
+    found = await store.get(service_id=wanted.service_id, key=wanted.key)
+    assert found is not None, "the conflicting row was committed before our claim returned"
+    assert found.status_code is not None, "a committed key always has its outcome"
+    if found.request_hash != wanted.digest:
         raise IdempotencyKeyReusedError(
             "this Idempotency-Key was used for a different request; use a new key for a new request",
-            {"key": wanted.key, "first_method": row["method"], "first_path": row["path"]},
+            {"key": wanted.key, "first_method": found.method, "first_path": found.path},
         )
-    return StoredOutcome(row["status_code"], row["response_body"])
+    return StoredOutcome(found.status_code, found.response_body)
 
 
 async def store(
     conn: Conn, service_id: str, key: str, outcome: StoredOutcome, notify_channel: str, notices: list[str]
 ) -> None:
     """Store the key's outcome and send `notices` on `notify_channel`, in one round trip."""
-    await conn.execute(
-        Q["idempotency_key_store"], service_id, key, outcome.status_code, outcome.body, notify_channel,
-        notices,
+    await IdempotencyStore(conn).store(
+        service_id=service_id, key=key, status_code=outcome.status_code, body=outcome.body,
+        notify_channel=notify_channel, notices=notices,
     )  # fmt: skip
 
 
 async def prune(conn: Conn, now: datetime, limit: int) -> int:
-    status = await conn.execute(Q["idempotency_key_prune"], now, limit)
-    return int(status.split()[-1])
+    return await IdempotencyStore(conn).prune(now=now, limit=limit)

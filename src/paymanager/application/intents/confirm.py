@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
 
-from paymanager.application import events, ledger_ops
+from paymanager.application import ledger_ops
 from paymanager.application.context import Payments
 from paymanager.application.ids import new_id
-from paymanager.application.intent_queries import check_visible, get_intent
-from paymanager.application.services import ServiceIdentity
-from paymanager.application.settle_intent import EXPIRED, finish
+from paymanager.application.intents import events
+from paymanager.application.intents.queries import check_visible, get_intent
+from paymanager.application.intents.settle import EXPIRED, finish
+from paymanager.application.intents.store import Intent, IntentStore
+from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
-from paymanager.db.sql import load_queries
 from paymanager.domain.intents import IntentStatus, transition
 from paymanager.jobs import OUTBOX_SCHEDULE, enqueue
-
-Q = load_queries("paymanager.application", "intents.sql")
 
 SETTLE_KIND = "intent.settle"
 OUTBOX_QUEUE = "outbox"
@@ -56,7 +54,7 @@ async def confirm_intent(
     pending: events.Pending,
     *,
     hold_savepoint: bool = True,
-) -> Any:
+) -> Intent:
     """The confirmed intent; or, for an invoice past `expires_at`, the intent now `expired`.
 
     The confirmed event is left in `pending.notified`: the caller NOTIFYs it before its commit (one
@@ -70,22 +68,24 @@ async def confirm_intent(
     # The common case in one round trip: a created, unexpired intent is confirmed and locked by the
     # update itself. The rules below are checked on the updated row all the same, and a refusal rolls
     # the update back with the rest of the transaction.
-    updated = await conn.fetchrow(
-        Q["intent_confirm"], intent_id, now, now + timedelta(seconds=deadline_sec), hold_id
+    confirmed = await IntentStore(conn).confirm(
+        intent_id=intent_id,
+        now=now,
+        settle_deadline_at=now + timedelta(seconds=deadline_sec),
+        hold_id=hold_id,
     )
-    if updated is None:
+    if confirmed is None:
         return await _not_confirmable(payments, conn, caller, intent_id, now, pending)
-    check_visible(updated, caller, intent_id)
-    channel = payments.channels.get(updated["channel"])
+    updated = check_visible(confirmed, caller, intent_id)
+    channel = payments.channels.get(updated.channel)
     transition(IntentStatus.CREATED, IntentStatus.CONFIRMED, expires=channel.expires)
-    assert updated["expires_at"] is None or now < updated["expires_at"], "the update skips expired ones"
+    assert updated.expires_at is None or now < updated.expires_at, "the update skips expired ones"
     payload = events.event_payload(updated)
     if channel.settles_on_confirm:
         await enqueue_settlement(payments, conn, intent_id)
     # The hold comes last: it locks the payer's and a fee shard's account rows until the commit, and
     # every confirm and settlement of those accounts queues behind that lock, so the fewer statements
-    # run while it is held the shorter the queue (lock waits on the fee shards were most of the api's
-    # latency beside busy outbox workers). A refused hold still rolls all of this back.
+    # run while it is held the shorter the queue. A refused hold still rolls all of this back.
     await ledger_ops.hold(
         payments.ledger, conn, updated, hold_id, deadline_sec + HOLD_TIMEOUT_MARGIN_SEC,
         savepoint=hold_savepoint,
@@ -102,15 +102,15 @@ async def _not_confirmable(
     intent_id: uuid.UUID,
     now: datetime,
     pending: events.Pending,
-) -> Any:
+) -> Intent:
     """An intent `intent_confirm` left alone (unknown, not created, or an invoice past its expiry),
     decided under its row lock: the error that says why, or the invoice expired now (committed, and
     the caller learns it from the returned status)."""
     row = await get_intent(conn, caller, intent_id, lock=True)
-    channel = payments.channels.get(row["channel"])
-    transition(IntentStatus(row["status"]), IntentStatus.CONFIRMED, expires=channel.expires)
-    assert row["expires_at"] is not None, "a created intent that does not expire confirms"
-    assert now >= row["expires_at"], "a created, unexpired one confirms"
+    channel = payments.channels.get(row.channel)
+    transition(row.status, IntentStatus.CONFIRMED, expires=channel.expires)
+    assert row.expires_at is not None, "a created intent that does not expire confirms"
+    assert now >= row.expires_at, "a created, unexpired one confirms"
     expired = await finish(payments, conn, row, IntentStatus.EXPIRED, settled_by="confirm", reason=EXPIRED)
     pending.published.append(events.event_payload(expired))
     return expired

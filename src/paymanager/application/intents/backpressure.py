@@ -3,7 +3,7 @@ confirms answer 503 `queue_full` instead of letting the outbox grow without boun
 
 from __future__ import annotations
 
-from paymanager.application.confirm_intent import OUTBOX_QUEUE
+from paymanager.application.intents.confirm import OUTBOX_QUEUE
 from paymanager.db.pool import Conn
 from paymanager.jobs import admin as job_admin
 from paymanager.logging import get_logger

@@ -9,14 +9,15 @@ message but never announce a change that did not happen. Subscribers re-read the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 
+from paymanager.application.intents.store import Intent, IntentStore
 from paymanager.db.pool import Conn
-from paymanager.db.sql import load_queries
 
-Q = load_queries("paymanager.application", "intents.sql")
+# An event as it travels: a JSON object (NOTIFY payload, Redis message, SSE data).
+Event = dict[str, object]
 
 # One NOTIFY channel for every intent: a replica LISTENs once and routes by the payload's intent id.
 NOTIFY_CHANNEL = "paymanager_intent"
@@ -27,9 +28,9 @@ def topic(intent_id: str) -> str:
 
 
 class EventPublisher(Protocol):
-    async def publish(self, topic: str, payload: dict[str, Any]) -> None: ...
+    async def publish(self, topic: str, payload: Event) -> None: ...
 
-    async def publish_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+    async def publish_many(self, messages: list[tuple[str, Event]]) -> None:
         """Publish (topic, payload) pairs in order, in one round trip where the transport allows."""
         ...
 
@@ -37,10 +38,10 @@ class EventPublisher(Protocol):
 class NoPublisher:
     """Used when `REDIS_URL` is unset: NOTIFY alone carries the events."""
 
-    async def publish(self, topic: str, payload: dict[str, Any]) -> None:
+    async def publish(self, topic: str, payload: Event) -> None:
         del topic, payload
 
-    async def publish_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+    async def publish_many(self, messages: list[tuple[str, Event]]) -> None:
         del messages
 
 
@@ -50,34 +51,34 @@ class Pending:
     also NOTIFYed inside the transaction, by its last statement (`run_idempotent` sends them with
     the stored outcome), so a status change and its NOTIFY cost no round trip of their own."""
 
-    published: list[dict[str, Any]] = field(default_factory=list)
-    notified: list[dict[str, Any]] = field(default_factory=list)
+    published: list[Event] = field(default_factory=list)
+    notified: list[Event] = field(default_factory=list)
 
     def clear(self) -> None:
         self.published.clear()
         self.notified.clear()
 
 
-def event_payload(intent: Any) -> dict[str, Any]:
+def event_payload(intent: Intent) -> Event:
     """The event of one status change: enough to act on without reading the intent again."""
     return {
-        "type": f"intent.{intent['status']}",
-        "intent_id": str(intent["id"]),
-        "status": intent["status"],
-        "version": intent["version"],
-        "amount": intent["amount"],
-        "fee": intent["fee"],
-        "currency": intent["currency"],
-        "channel": intent["channel"],
-        "at": intent["updated_at"].isoformat(),
+        "type": f"intent.{intent.status.value}",
+        "intent_id": str(intent.id),
+        "status": intent.status.value,
+        "version": intent.version,
+        "amount": intent.amount,
+        "fee": intent.fee,
+        "currency": intent.currency,
+        "channel": intent.channel,
+        "at": intent.updated_at.isoformat(),
     }
 
 
-def notify_text(payload: dict[str, Any]) -> str:
+def notify_text(payload: Event) -> str:
     """The NOTIFY payload of an event, for a statement that sends it itself."""
     return orjson.dumps(payload).decode()
 
 
-async def notify(conn: Conn, payload: dict[str, Any]) -> None:
+async def notify(conn: Conn, payload: Event) -> None:
     """NOTIFY on the caller's transaction: delivered only if it commits."""
-    await conn.execute(Q["intent_notify"], NOTIFY_CHANNEL, notify_text(payload))
+    await IntentStore(conn).notify(channel=NOTIFY_CHANNEL, text=notify_text(payload))

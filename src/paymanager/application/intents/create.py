@@ -5,19 +5,17 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
-from paymanager.application import events, policies
 from paymanager.application.context import Payments
 from paymanager.application.ids import new_id
-from paymanager.application.services import ServiceIdentity
+from paymanager.application.intents import events
+from paymanager.application.intents.store import Intent, IntentStore, NewIntent, Party
+from paymanager.application.policies import use_cases as policies
+from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
-from paymanager.db.sql import load_queries
 from paymanager.domain.channels import FEE_SHARDS, AccountKind, Channel, Quote, SystemAccount
 from paymanager.domain.errors import CurrencyMismatchError, InvalidInputError, NotFoundError
 from paymanager.domain.money import positive
-
-Q = load_queries("paymanager.application", "intents.sql")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +26,7 @@ class IntentRequest:
     payer_account_id: uuid.UUID | None = None
     payee_account_id: uuid.UUID | None = None
     description: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)
     expires_in_sec: int | None = None
 
 
@@ -38,7 +36,7 @@ def quote(payments: Payments, caller: ServiceIdentity, channel_name: str, amount
     return channel.quote(positive(amount, code))
 
 
-def quote_view(q: Quote) -> dict[str, Any]:
+def quote_view(q: Quote) -> dict[str, object]:
     return {
         "channel": q.channel.value,
         "currency": q.amount.currency,
@@ -61,7 +59,7 @@ class _Party:
 
 def _party(
     payments: Payments,
-    accounts: dict[uuid.UUID, Any],
+    accounts: dict[uuid.UUID, Party],
     channel: Channel,
     side: str,
     given: uuid.UUID | None,
@@ -78,15 +76,15 @@ def _party(
         return _Party(payments.system_account(system, code), AccountKind.SYSTEM, None)
     if given is None:
         return None
-    row = accounts.get(given)
-    if row is None:
+    account = accounts.get(given)
+    if account is None:
         raise NotFoundError(f"no such {side} account", {f"{side}_account_id": str(given)})
-    if row["currency"] != code:
+    if account.currency != code:
         raise CurrencyMismatchError(
-            f"the {side} account holds {row['currency']}, not {code}",
-            {f"{side}_account_id": str(given), "account_currency": row["currency"], "currency": code},
+            f"the {side} account holds {account.currency}, not {code}",
+            {f"{side}_account_id": str(given), "account_currency": account.currency, "currency": code},
         )
-    return _Party(row["id"], AccountKind(row["kind"]), row["owner_service_id"])
+    return _Party(account.id, account.kind, account.owner_service_id)
 
 
 async def create_intent(
@@ -94,8 +92,8 @@ async def create_intent(
     conn: Conn,
     caller: ServiceIdentity,
     request: IntentRequest,
-    pending: list[dict[str, Any]],
-) -> Any:
+    pending: list[events.Event],
+) -> Intent:
     """Insert a `created` intent in the caller's transaction; its event goes into `pending`."""
     channel = payments.channels.get(request.channel)
     channel.check_scope(caller.scopes)
@@ -103,9 +101,11 @@ async def create_intent(
     code = request.currency
     given = [i for i in (request.payer_account_id, request.payee_account_id) if i is not None]
     # Both accounts and the policies in one round trip.
-    rows = await conn.fetch(Q["intent_parties_and_policies"], given, channel.name.value, caller.id)
-    accounts = {row["id"]: row for row in rows if row["policy"] is None}
-    matching = [policies.policy_of(row["policy"]) for row in rows if row["policy"] is not None]
+    store = IntentStore(conn)
+    found = await store.parties_and_policies(
+        account_ids=given, channel=channel.name.value, service_id=caller.id
+    )
+    accounts, matching = found.accounts, found.policies
     payer = _party(payments, accounts, channel, "payer", request.payer_account_id, channel.payer_system, code)
     payee = _party(payments, accounts, channel, "payee", request.payee_account_id, channel.payee_system, code)
     channel.check_parties(
@@ -139,10 +139,23 @@ async def create_intent(
     fee_account = None
     if q.fee.amount > 0:
         fee_account = payments.system_account(SystemAccount.FEES, code, intent_id.int % FEE_SHARDS)
-    row = await conn.fetchrow(
-        Q["intent_insert"], intent_id, caller.id, channel.name.value, q.amount.amount, q.fee.amount, code,
-        payer.id, payee.id, fee_account, request.description, request.metadata, now, expires_at,
-    )  # fmt: skip
+    row = await store.insert(
+        NewIntent(
+            id=intent_id,
+            service_id=caller.id,
+            channel=channel.name.value,
+            amount=q.amount.amount,
+            fee=q.fee.amount,
+            currency=code,
+            payer_account_id=payer.id,
+            payee_account_id=payee.id,
+            fee_account_id=fee_account,
+            description=request.description,
+            metadata=request.metadata,
+            now=now,
+            expires_at=expires_at,
+        )
+    )
     # No NOTIFY: nothing can follow an intent over SSE before it exists. Redis subscribers (who may
     # listen to every intent) get the event after the commit.
     pending.append(events.event_payload(row))

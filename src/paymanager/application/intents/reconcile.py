@@ -12,16 +12,14 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from paymanager.application import events
-from paymanager.application.confirm_intent import enqueue_settlement
 from paymanager.application.context import Payments
-from paymanager.application.settle_intent import DEADLINE_PASSED, EXPIRED, finish, publish
-from paymanager.db.sql import load_queries
+from paymanager.application.intents import events
+from paymanager.application.intents.confirm import enqueue_settlement
+from paymanager.application.intents.settle import DEADLINE_PASSED, EXPIRED, finish, publish
+from paymanager.application.intents.store import IntentStore
 from paymanager.domain.intents import IntentStatus
 from paymanager.logging import get_logger
 
-Q = load_queries("paymanager.application", "intents.sql")
-QR = load_queries("paymanager.application", "reconcile.sql")
 log = get_logger("paymanager.reconciler")
 
 _START = (datetime(1970, 1, 1, tzinfo=UTC), uuid.UUID(int=0))
@@ -42,16 +40,16 @@ async def reconcile(payments: Payments, *, batch_size: int, max_intents: int) ->
     cursor = _START
     while report.examined < max_intents:
         async with payments.pool.acquire() as conn:
-            rows = await conn.fetch(Q["intent_confirmed_batch"], cursor[0], cursor[1], batch_size)
+            rows = await IntentStore(conn).confirmed_after(after=cursor, limit=batch_size)
         if not rows:
             break
         report.examined += len(rows)
         now = payments.clock()
         for row in rows:
-            if now >= row["settle_deadline_at"]:
-                await _fail_past_deadline(payments, row["id"], report)
-        await _enqueue_missing(payments, [r["id"] for r in rows if now < r["settle_deadline_at"]], report)
-        cursor = (rows[-1]["settle_deadline_at"], rows[-1]["id"])
+            if now >= row.settle_deadline_at:
+                await _fail_past_deadline(payments, row.id, report)
+        await _enqueue_missing(payments, [r.id for r in rows if now < r.settle_deadline_at], report)
+        cursor = (rows[-1].settle_deadline_at, rows[-1].id)
     log.info("reconciled stuck intents", examined=report.examined, reenqueued=report.reenqueued,
              failed=report.failed, expired=report.expired)  # fmt: skip
     return report
@@ -68,8 +66,8 @@ async def _enqueue_missing(payments: Payments, intent_ids: list[uuid.UUID], repo
         return
     created: list[uuid.UUID] = []
     async with payments.pool.acquire() as conn, conn.transaction():
-        locked = await conn.fetch(QR["intent_confirmed_lock_many"], intent_ids)
-        for intent_id in (row["id"] for row in locked):
+        locked = await IntentStore(conn).lock_confirmed_many(intent_ids=intent_ids)
+        for intent_id in locked:
             if await enqueue_settlement(payments, conn, intent_id):
                 created.append(intent_id)
     report.reenqueued += len(created)
@@ -81,8 +79,8 @@ async def _enqueue_missing(payments: Payments, intent_ids: list[uuid.UUID], repo
 
 async def _fail_past_deadline(payments: Payments, intent_id: uuid.UUID, report: ReconcileReport) -> None:
     async with payments.pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(Q["intent_lock"], intent_id)
-        if row is None or row["status"] != IntentStatus.CONFIRMED:
+        row = await IntentStore(conn).get(intent_id=intent_id, lock=True)
+        if row is None or row.status is not IntentStatus.CONFIRMED:
             return
         updated = await finish(
             payments, conn, row, IntentStatus.FAILED, settled_by=f"reconciler:{payments.process_id}",
@@ -99,7 +97,7 @@ async def expire_due_invoices(
     """Merchant invoices left created past `expires_at` become expired, one statement per batch."""
     while report.expired < max_intents:
         async with payments.pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(Q["intent_expire_due"], payments.clock(), batch_size, EXPIRED)
+            rows = await IntentStore(conn).expire_due(now=payments.clock(), limit=batch_size, reason=EXPIRED)
             for row in rows:
                 await events.notify(conn, events.event_payload(row))
         report.expired += len(rows)

@@ -8,10 +8,11 @@ two sweeps) never expire an invoice twice. Each expiry is published as `intent.{
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from paymanager.application.context import Payments
-from paymanager.application.reconcile import ReconcileReport, expire_due_invoices
+from paymanager.application.intents.reconcile import ReconcileReport, expire_due_invoices
+from paymanager.jobs import JobContext
 
 SWEEP_KIND = "invoice.expire_sweep"
 INVOICE_QUEUE = "invoice-expiry"
@@ -29,8 +30,8 @@ async def sweep_invoices(payments: Payments) -> int:
     return report.expired
 
 
-def invoice_sweep_handler(payments: Payments) -> Any:
-    async def handle(ctx: Any) -> dict[str, int]:
+def invoice_sweep_handler(payments: Payments) -> Callable[[JobContext], Awaitable[dict[str, int]]]:
+    async def handle(ctx: JobContext) -> dict[str, int]:
         del ctx
         return {"expired": await sweep_invoices(payments)}
 

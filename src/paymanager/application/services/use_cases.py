@@ -9,11 +9,9 @@ from datetime import datetime
 
 from paymanager.adapters.secret_box import Sealed, Secret, SecretBox
 from paymanager.application.errors import ServiceNameTakenError
+from paymanager.application.services.store import ServiceListing, ServiceStore
 from paymanager.db.pool import Conn
-from paymanager.db.sql import load_queries
 from paymanager.domain.channels import ADMIN_SCOPE
-
-Q = load_queries("paymanager.application", "services.sql")
 
 SECRET_BYTES = 32
 LIST_LIMIT = 1_000
@@ -44,21 +42,24 @@ async def create_service(
     secret = "sk_" + secrets.token_hex(SECRET_BYTES)
     sealed = box.seal(secret.encode(), service_id.encode())
     scopes = [ADMIN_SCOPE] if admin else []
-    row = await conn.fetchrow(Q["service_insert"], service_id, name, sealed.ciphertext, sealed.key_id, scopes)
-    if row is None:
+    inserted = await ServiceStore(conn).insert(
+        service_id=service_id, name=name, secret_ciphertext=sealed.ciphertext, secret_key_id=sealed.key_id,
+        scopes=scopes,
+    )  # fmt: skip
+    if not inserted:
         raise ServiceNameTakenError(f"a service named {name!r} exists", {"name": name})
     identity = ServiceIdentity(service_id, name, frozenset(scopes), Secret(secret.encode()))
     return identity, secret
 
 
 async def load_service(conn: Conn, box: SecretBox, service_id: str) -> ServiceIdentity | None:
-    row = await conn.fetchrow(Q["service_get"], service_id)
-    if row is None:
+    stored = await ServiceStore(conn).get(service_id=service_id)
+    if stored is None:
         return None
-    secret = box.open(Sealed(row["secret_key_id"], row["secret_ciphertext"]), service_id.encode())
+    secret = box.open(Sealed(stored.secret_key_id, stored.secret_ciphertext), service_id.encode())
     return ServiceIdentity(
-        row["id"], row["name"], frozenset(row["scopes"]), secret, row["disabled_at"] is not None,
-        row["requests_per_sec_max"],
+        stored.id, stored.name, frozenset(stored.scopes), secret, stored.disabled_at is not None,
+        stored.requests_per_sec_max,
     )  # fmt: skip
 
 
@@ -70,18 +71,19 @@ async def set_rate_limit(conn: Conn, service_id: str, requests_per_sec: int | No
     is no such service. Each api process applies it within SERVICE_CACHE_TTL_MS."""
     if requests_per_sec is not None and not 1 <= requests_per_sec <= REQUESTS_PER_SEC_MAX:
         raise ValueError(f"requests per second must be within [1, {REQUESTS_PER_SEC_MAX}]")
-    return await conn.fetchval(Q["service_set_rate_limit"], service_id, requests_per_sec) is not None
+    return await ServiceStore(conn).set_rate_limit(service_id=service_id, requests_per_sec=requests_per_sec)
 
 
-async def list_services(conn: Conn) -> list[dict[str, object]]:
-    return [dict(row) for row in await conn.fetch(Q["service_list"], LIST_LIMIT)]
+async def list_services(conn: Conn) -> list[ServiceListing]:
+    return await ServiceStore(conn).page(limit=LIST_LIMIT)
 
 
 async def remember_signature(conn: Conn, signature: bytes, service_id: str, expires_at: datetime) -> bool:
     """True the first time a signature is presented; False for a replay."""
-    return await conn.fetchval(Q["request_signature_remember"], signature, service_id, expires_at) is not None
+    return await ServiceStore(conn).remember_signature(
+        signature=signature, service_id=service_id, expires_at=expires_at
+    )
 
 
 async def prune_signatures(conn: Conn, now: datetime, limit: int) -> int:
-    status = await conn.execute(Q["request_signature_prune"], now, limit)
-    return int(status.split()[-1])
+    return await ServiceStore(conn).prune_signatures(now=now, limit=limit)

@@ -1,0 +1,120 @@
+"""The unit of work of a POST: the work, its stored outcome and its Idempotency-Key commit together.
+
+A POST is one transaction: the signature's replay memory and the key's claim (one statement), the
+work, the stored outcome, the commit. The work runs first without a savepoint (two round trips fewer
+per request); when it refuses the request, that transaction rolls back whole and the POST runs again
+with the work in a savepoint, so the refusal is stored under the key with nothing of its effects. A
+transient ledger conflict in a hold taken without its own savepoint runs the POST again whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from paymanager.application.context import Payments
+from paymanager.application.idempotency import keys
+from paymanager.application.intents import events
+from paymanager.application.intents.settle import publish
+from paymanager.db.pool import Conn
+from paymanager.domain.errors import DomainError
+from paymanager.ledger import LedgerConflictError
+
+# The work of one POST: given the transaction's connection and the events it announces (NOTIFYed by
+# the transaction's last statement, published to Redis after the commit), it returns the status code
+# and the JSON body of the response.
+Work = Callable[[Conn, events.Pending], Awaitable[tuple[int, object]]]
+# How a refusal (a `REFUSALS` exception) is answered: the status code and body stored under the key.
+Refusal = Callable[[Exception], tuple[int, object]]
+# How the work refuses a request: its own errors, or the schema catching input the code let through.
+SCHEMA_REFUSALS = (asyncpg.CheckViolationError, asyncpg.StringDataRightTruncationError)
+REFUSALS = (DomainError, *SCHEMA_REFUSALS)
+
+# Runs of one POST again after a transient ledger conflict, before the conflict is raised.
+LEDGER_CONFLICT_RETRIES_MAX = 4
+
+
+class SignatureReplayedError(Exception):
+    """The request's signature was accepted before: the POST is refused and nothing commits."""
+
+
+@dataclass(frozen=True, slots=True)
+class SignedPost:
+    """One POST as the unit of work needs it: its key claim and the signature to remember."""
+
+    claim: keys.KeyClaim
+    signature: bytes
+    signature_expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PostOutcome:
+    status_code: int
+    body: object
+    replayed: bool
+
+
+class _Refused(Exception):
+    """The work refused the request outside a savepoint: its transaction must roll back."""
+
+
+async def run_idempotent(payments: Payments, post: SignedPost, work: Work, refusal: Refusal) -> PostOutcome:
+    """Run `work` once for the POST's key: its outcome, or the outcome stored by the first run.
+
+    Raises `SignatureReplayedError`, `IdempotencyKeyReusedError`, or `LedgerConflictError` past
+    `LEDGER_CONFLICT_RETRIES_MAX` runs again (nothing committed in each case)."""
+    guarded = False
+    conflicts = 0
+    while True:
+        # Nothing of a failed attempt committed, the signature's memory included, so the next one
+        # remembers it as the first time.
+        try:
+            return await _transaction(payments, post, work, refusal, guarded=guarded)
+        except _Refused:
+            guarded = True  # a guarded attempt answers a refusal itself, so this happens once
+        except LedgerConflictError:
+            # A ledger batch that ran without a savepoint met a transient conflict (a nanosecond
+            # timestamp taken by another process, a deadlock): the ledger's own retry, done whole.
+            conflicts += 1
+            if conflicts > LEDGER_CONFLICT_RETRIES_MAX:
+                raise
+
+
+async def _transaction(
+    payments: Payments, post: SignedPost, work: Work, refusal: Refusal, *, guarded: bool
+) -> PostOutcome:
+    pending = events.Pending()
+    claim = post.claim
+    async with payments.pool.acquire() as conn, conn.transaction():
+        fresh, stored = await keys.claim_signed(conn, claim, post.signature, post.signature_expires_at)
+        if not fresh:
+            raise SignatureReplayedError
+        if stored is not None:
+            return PostOutcome(stored.status_code, stored.body, replayed=True)
+        if guarded:
+            status, payload = await _attempt(conn, work, pending, refusal)
+        else:
+            try:
+                status, payload = await work(conn, pending)
+            except REFUSALS as exc:
+                raise _Refused from exc
+        await keys.store(
+            conn, claim.service_id, claim.key, keys.StoredOutcome(status, payload), events.NOTIFY_CHANNEL,
+            [events.notify_text(event) for event in pending.notified],
+        )  # fmt: skip
+    for event in pending.published:
+        await publish(payments, event)
+    return PostOutcome(status, payload, replayed=False)
+
+
+async def _attempt(conn: Conn, work: Work, pending: events.Pending, refusal: Refusal) -> tuple[int, object]:
+    """Run the work in a savepoint: a refused request leaves no effect but its stored answer."""
+    try:
+        async with conn.transaction():
+            return await work(conn, pending)
+    except REFUSALS as exc:
+        pending.clear()
+        return refusal(exc)

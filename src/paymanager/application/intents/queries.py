@@ -1,0 +1,90 @@
+"""Reading intents: one intent as the caller may see it, lists with cursor pagination, the API view."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from paymanager.application.intents.store import Intent, IntentStore
+from paymanager.application.services.use_cases import ServiceIdentity
+from paymanager.db.pool import Conn
+from paymanager.domain.channels import ChannelName
+from paymanager.domain.errors import NotFoundError
+from paymanager.domain.intents import IntentStatus
+
+LIST_LIMIT_MAX = 100
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def intent_view(intent: Intent) -> dict[str, object]:
+    """The API's representation of an intent."""
+    awaiting = None
+    if intent.status is IntentStatus.CONFIRMED and intent.channel == ChannelName.IPPS_TRANSFER:
+        awaiting = "psp"
+    elif intent.status is IntentStatus.CONFIRMED:
+        awaiting = "settlement"
+    return {
+        "id": str(intent.id),
+        "channel": intent.channel,
+        "status": intent.status.value,
+        "awaiting": awaiting,
+        "amount": intent.amount,
+        "fee": intent.fee,
+        "total": intent.amount + intent.fee,
+        "currency": intent.currency,
+        "payer_account_id": str(intent.payer_account_id),
+        "payee_account_id": str(intent.payee_account_id),
+        "description": intent.description,
+        "metadata": intent.metadata,
+        "version": intent.version,
+        "failure_reason": intent.failure_reason,
+        "created_at": _iso(intent.created_at),
+        "updated_at": _iso(intent.updated_at),
+        "expires_at": _iso(intent.expires_at),
+        "confirmed_at": _iso(intent.confirmed_at),
+        "settle_deadline_at": _iso(intent.settle_deadline_at),
+        "finished_at": _iso(intent.finished_at),
+    }
+
+
+def visible(intent: Intent | None, caller: ServiceIdentity | None) -> bool:
+    return intent is not None and (caller is None or caller.is_admin or intent.service_id == caller.id)
+
+
+async def get_intent(
+    conn: Conn, caller: ServiceIdentity, intent_id: uuid.UUID, *, lock: bool = False
+) -> Intent:
+    """The intent, if the caller created it (or is an admin); `lock` takes its row lock."""
+    intent = await IntentStore(conn).get(intent_id=intent_id, lock=lock)
+    return check_visible(intent, caller, intent_id)
+
+
+def check_visible(intent: Intent | None, caller: ServiceIdentity, intent_id: uuid.UUID) -> Intent:
+    """The intent; `NotFoundError` unless it exists and the caller may see it (another service's
+    intent is answered as unknown, so its existence does not leak)."""
+    if intent is None or not visible(intent, caller):
+        raise NotFoundError("no such intent", {"intent_id": str(intent_id)})
+    return intent
+
+
+async def list_intents(
+    conn: Conn,
+    caller: ServiceIdentity,
+    *,
+    status: str | None,
+    channel: str | None,
+    account_id: uuid.UUID | None,
+    starting_after: uuid.UUID | None,
+    limit: int,
+) -> tuple[list[Intent], bool]:
+    """Newest first; admins see every service's intents. Returns the page and whether more follow."""
+    assert 1 <= limit <= LIST_LIMIT_MAX
+    service = None if caller.is_admin else caller.id
+    intents = await IntentStore(conn).page(
+        service_id=service, status=status, channel=channel, account_id=account_id, before=starting_after,
+        limit=limit + 1,
+    )  # fmt: skip
+    return intents[:limit], len(intents) > limit
