@@ -6,6 +6,7 @@ bounded (LIST_LIMIT_MAX) and paginated by id.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,7 +15,14 @@ import asyncpg
 
 from paymanager.db.pool import Conn
 from paymanager.jobs._queries import Q
-from paymanager.jobs.options import PRUNE_BATCH_MAX, QUEUE_PATTERN, Retention
+from paymanager.jobs.options import (
+    GLOBAL_CONCURRENCY_MAX,
+    PRUNE_BATCH_MAX,
+    QUEUE_PATTERN,
+    RATE_MAX_MAX,
+    RATE_WINDOW_MS_MAX,
+    Retention,
+)
 from paymanager.jobs.pruner import prune_queue
 from paymanager.jobs.states import JobState
 
@@ -25,6 +33,8 @@ JOB_ID_MAX = 2**63 - 1
 # A revival that meets a unique key taken meanwhile (a concurrent enqueue, retry or replay) is run
 # again: the next statement sees the holder and leaves that job dead.
 REVIVE_TRIES = 3
+_RATE_TEXT = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(ms|s|m|h)\s*$")
+_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
 
 
 def _check_queue(queue: str) -> None:
@@ -128,6 +138,49 @@ async def set_max_depth(conn: Conn, queue: str, max_depth: int | None) -> None:
     if max_depth is not None and not 1 <= max_depth <= MAX_DEPTH_MAX:
         raise ValueError(f"max_depth must be within [1, {MAX_DEPTH_MAX}] or None")
     await conn.execute(Q["job_queue_set_max_depth"], queue, max_depth)
+
+
+async def set_rate_limit(conn: Conn, queue: str, *, max_jobs: int | None, window_ms: int = 1000) -> None:
+    """At most `max_jobs` jobs of `queue` STARTED per window of `window_ms`, over every process;
+    None removes the limit. Windows are consecutive spans of `window_ms` from the Unix epoch; the
+    count starts again when the limit changes. Workers learn of it at once (a NOTIFY) or at their
+    next poll."""
+    _check_queue(queue)
+    if max_jobs is not None:
+        if not 1 <= max_jobs <= RATE_MAX_MAX:
+            raise ValueError(f"max_jobs must be within [1, {RATE_MAX_MAX}] or None")
+        if not 1 <= window_ms <= RATE_WINDOW_MS_MAX:
+            raise ValueError(f"window_ms must be within [1, {RATE_WINDOW_MS_MAX}]")
+    window = window_ms if max_jobs is not None else None
+    await conn.fetch(Q["job_queue_set_rate_limit"], queue, max_jobs, window)
+
+
+async def set_global_concurrency(conn: Conn, queue: str, limit: int | None) -> None:
+    """At most `limit` jobs of `queue` RUNNING at once over every process (beside each worker's own
+    concurrency); None removes the limit."""
+    _check_queue(queue)
+    if limit is not None and not 1 <= limit <= GLOBAL_CONCURRENCY_MAX:
+        raise ValueError(f"the global concurrency must be within [1, {GLOBAL_CONCURRENCY_MAX}] or None")
+    await conn.fetch(Q["job_queue_set_concurrency"], queue, limit)
+
+
+def parse_rate_limit(text: str) -> tuple[int, int] | None:
+    """`N/WINDOW` (`100/1s`, `5/500ms`, `600/m`, `1000/1h`) as (max_jobs, window_ms); `off`: None."""
+    if text.strip().lower() == "off":
+        return None
+    match = _RATE_TEXT.match(text.lower())
+    if match is None:
+        raise ValueError(f"rate limit {text!r} must read N/WINDOW (100/1s, 5/500ms, 600/1m) or off")
+    window_ms = int(match.group(2) or 1) * _UNIT_MS[match.group(3)]
+    return int(match.group(1)), window_ms
+
+
+def format_rate_limit(max_jobs: int, window_ms: int) -> str:
+    """The inverse of parse_rate_limit, in the largest unit that divides the window."""
+    for unit in ("h", "m", "s"):
+        if window_ms % _UNIT_MS[unit] == 0:
+            return f"{max_jobs}/{window_ms // _UNIT_MS[unit]}{unit}"
+    return f"{max_jobs}/{window_ms}ms"
 
 
 async def list_queues(conn: Conn) -> list[dict[str, Any]]:

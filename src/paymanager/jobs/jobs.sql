@@ -65,9 +65,12 @@ SELECT i.id FROM inserted AS i WHERE (SELECT count(*) FROM woken) >= 0
 -- Completes the jobs of the previous batch and claims the next one, in ONE statement and so one
 -- commit (commits, each a WAL flush, bound a durable queue's throughput).
 -- Completes jobs $5[i] still held under lease tokens $6[i] with results $7[i]; then claims, for
--- each queue $1[i], up to $2[i] available jobs (paused queues excluded) for owner $3, each with a
+-- each queue $1[i], up to $2[i] available jobs for owner $3, each with a
 -- fresh lease token and a lease of $4 ms. Returns claimed rows (`claimed` true) and the ids of the
--- completed ones (`claimed` false). `id = ANY(ARRAY(...))` makes the planner update by primary key;
+-- completed ones (`claimed` false). A queue that is paused, or has a limit (a rate, a global
+-- concurrency, a pause asked by a handler), is not claimed here but by job_claim_limited: the row
+-- read is the same one a paused queue needs, so a queue without limits pays nothing more.
+-- `id = ANY(ARRAY(...))` makes the planner update by primary key;
 -- a join on the CTE let it hash-join a scan of the whole table. A completion matches on id and lease
 -- token only: a token is held by a running job alone (CHECK job_lease_iff_running), and with
 -- `state = 'running'` in the condition the generic plan AND-ed a bitmap of the whole running-lease
@@ -90,7 +93,8 @@ WITH done AS (
     SELECT w.queue, w.wanted
       FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
      WHERE w.wanted > 0
-       AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = w.queue AND q.paused)
+       AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = w.queue AND (q.paused OR q.rate_max IS NOT NULL
+                       OR q.concurrency_max IS NOT NULL OR q.rate_paused_until > now()))
 ), locked AS (
     SELECT picked.id
       FROM wanted
@@ -139,7 +143,8 @@ WITH wanted AS (
     SELECT w.queue, w.wanted
       FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
      WHERE w.wanted > 0
-       AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = w.queue AND q.paused)
+       AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = w.queue AND (q.paused OR q.rate_max IS NOT NULL
+                       OR q.concurrency_max IS NOT NULL OR q.rate_paused_until > now()))
 ), locked AS (
     SELECT picked.id
       FROM wanted
@@ -177,7 +182,8 @@ UPDATE job
  WHERE job.id = ANY (ARRAY(
         SELECT j.id FROM job j
          WHERE j.state = 'available' AND j.queue = $1
-           AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = $1 AND q.paused)
+           AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = $1 AND (q.paused OR q.rate_max IS NOT NULL
+                           OR q.concurrency_max IS NOT NULL OR q.rate_paused_until > now()))
          ORDER BY j.priority, j.run_at, j.id
          LIMIT $2
            FOR UPDATE SKIP LOCKED))
@@ -473,7 +479,54 @@ INSERT INTO job_queue (name, max_depth) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET max_depth = EXCLUDED.max_depth, updated_at = now()
 
 -- name: job_queue_list
-SELECT name, paused, max_depth FROM job_queue ORDER BY name
+SELECT name, paused, max_depth, rate_max, rate_window_ms, concurrency_max,
+       CASE WHEN rate_paused_until > now() THEN rate_paused_until END AS rate_paused_until
+  FROM job_queue ORDER BY name
+
+-- name: job_claim_limited
+-- The claim of a queue with limits (migration 0110 says how): $1 queue, $2 wanted, $3 owner, $4
+-- lease ms. Rows as job_claim's, and a row with `claimed` false carrying retry_after_ms when the
+-- queue may start nothing more before then.
+SELECT * FROM job_claim_limited($1, $2, $3, $4)
+
+-- name: job_queue_limits
+-- The limits of queues $1 that have any: a rate, a global concurrency, or a pause still running
+-- (paused_ms, from the server's clock).
+SELECT name, rate_max, rate_window_ms, concurrency_max,
+       CASE WHEN rate_paused_until > now()
+            THEN ceil(extract(epoch FROM rate_paused_until - now()) * 1000)::bigint END AS paused_ms
+  FROM job_queue
+ WHERE name = ANY ($1::text[])
+   AND (rate_max IS NOT NULL OR concurrency_max IS NOT NULL OR rate_paused_until > now())
+
+-- name: job_queue_set_rate_limit
+-- At most $2 jobs of queue $1 started per window of $3 ms ($2 NULL: no rate limit); the count
+-- starts again. Tells the workers (pm_job_queue), which claim the queue by the limited path.
+INSERT INTO job_queue (name, rate_max, rate_window_ms) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE
+   SET rate_max = EXCLUDED.rate_max, rate_window_ms = EXCLUDED.rate_window_ms,
+       rate_window = NULL, rate_count = 0, updated_at = now()
+RETURNING name, pg_notify('pm_job_queue', name)
+
+-- name: job_queue_set_concurrency
+-- At most $2 jobs of queue $1 running at once over every process ($2 NULL: no such limit).
+INSERT INTO job_queue (name, concurrency_max) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET concurrency_max = EXCLUDED.concurrency_max, updated_at = now()
+RETURNING name, pg_notify('pm_job_queue', name)
+
+-- name: job_queue_pause_for
+-- No job of queue $1 starts for the next $2 ms (a handler's RateLimitedError); a longer pause
+-- already running is kept. Returns how long the queue is paused from now.
+INSERT INTO job_queue (name, rate_paused_until) VALUES ($1, now() + make_interval(secs => $2::bigint / 1000.0))
+ON CONFLICT (name) DO UPDATE
+   SET rate_paused_until = greatest(job_queue.rate_paused_until, EXCLUDED.rate_paused_until),
+       updated_at = now()
+RETURNING ceil(extract(epoch FROM rate_paused_until - now()) * 1000)::bigint AS paused_ms,
+          pg_notify('pm_job_queue', name)
+
+-- name: job_queue_wake
+-- Wakes the workers of queues $1 (a job of a queue with a global concurrency finished: a slot is free).
+SELECT pg_notify('pm_job_available', q) FROM unnest($1::text[]) AS q
 
 -- name: job_stats
 SELECT queue, state, count(*) AS n FROM job GROUP BY queue, state ORDER BY queue, state

@@ -19,6 +19,10 @@ ATTEMPTS_MAX = 1_000
 PAYLOAD_BYTES_MAX = 16 * 1024 * 1024
 RESCUE_BATCH_MAX = 10_000
 PRUNE_BATCH_MAX = 100_000
+# Queue limits (the job_queue table's CHECK constraints say the same, migration 0110).
+RATE_MAX_MAX = 1_000_000
+RATE_WINDOW_MS_MAX = 86_400_000
+GLOBAL_CONCURRENCY_MAX = 100_000
 # Job kinds and queue names (the database's domains job_kind_name and job_queue_name say the same).
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 QUEUE_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")

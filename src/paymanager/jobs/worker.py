@@ -20,16 +20,18 @@ import asyncpg
 
 from paymanager.db.pool import Pool
 from paymanager.jobs._completer import Completer
+from paymanager.jobs._limits import LimitedQueues
 from paymanager.jobs._listener import Listener
 from paymanager.jobs._outcomes import Completion, Failure, decide_failure, snooze
 from paymanager.jobs._pinned import PinnedConnection
-from paymanager.jobs._queries import CHANNEL_AVAILABLE, CHANNEL_CANCEL, Q
+from paymanager.jobs._queries import CHANNEL_AVAILABLE, CHANNEL_CANCEL, CHANNEL_QUEUE, Q
 from paymanager.jobs.backoff import backoff_from_json
 from paymanager.jobs.context import JobContext, SnoozeRequest
-from paymanager.jobs.errors import LeaseLostError, PermanentError
+from paymanager.jobs.errors import LeaseLostError, PermanentError, RateLimitedError
 from paymanager.jobs.events import DeadHook, EventPublisher, JobEvent
 from paymanager.jobs.options import CONCURRENCY_MAX, WorkerOptions
 from paymanager.jobs.registry import HandlerSpec, Registry
+from paymanager.jobs.states import JobState
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.jobs.worker")
@@ -92,6 +94,10 @@ class Worker:
             )
         self._limits = dict(queues)
         self._free = dict(queues)
+        # Queues with cluster-wide limits are claimed apart (`_launch_limited_claims`); `plain` is
+        # the rest, the queues the plain claims serve.
+        self._limited = LimitedQueues(pool, list(queues), self._limits_changed)
+        self._limited_claims: dict[str, asyncio.Task[None]] = {}
         self._maybe_work = dict.fromkeys(queues, True)
         self._notified = dict.fromkeys(queues, 0)
         # Attempts running or waiting for their outcome's write, by lease token: one job may have two
@@ -125,7 +131,11 @@ class Worker:
         )
         self._listener = Listener(
             dsn,
-            {CHANNEL_AVAILABLE: self._on_available, CHANNEL_CANCEL: self._on_cancel},
+            {
+                CHANNEL_AVAILABLE: self._on_available,
+                CHANNEL_CANCEL: self._on_cancel,
+                CHANNEL_QUEUE: self._on_queue_settings,
+            },
             self._on_reconnect,
             self._options.listener_check_interval_ms / 1000,
             lock_timeout_ms=lock_timeout_ms,
@@ -136,12 +146,17 @@ class Worker:
         return self._listener
 
     @property
+    def limited_queues(self) -> LimitedQueues:
+        return self._limited
+
+    @property
     def running_count(self) -> int:
         return len(self._held)
 
     async def start(self) -> None:
         await self.events.start()
         await self._listener.start()
+        await self._limited.load()
         self._tasks = [
             asyncio.create_task(self._fetch_loop(), name="job-fetch"),
             asyncio.create_task(self._heartbeat_loop(), name="job-heartbeat"),
@@ -191,6 +206,7 @@ class Worker:
         for conn in self._all_conns:
             await conn.close()
         await self._completer.close()
+        await self._limited.close()
         await self._listener.stop()
         await self.events.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -220,6 +236,17 @@ class Worker:
         # Notifications sent while the listener was down are lost: look at every queue once.
         for queue in self._limits:
             self._maybe_work[queue] = True
+        self._limited.request_load()
+        self._wake.set()
+
+    def _on_queue_settings(self, queue: str) -> None:
+        if queue in self._limits:
+            self._limited.request_load()
+
+    def _limits_changed(self, queue: str) -> None:
+        """`queue` moved between the plain and the limited claims, or its block ended: look at it."""
+        self._maybe_work[queue] = True
+        self._notified[queue] += 1
         self._wake.set()
 
     # --- claiming ----------------------------------------------------------------------------------
@@ -235,6 +262,8 @@ class Worker:
                 await self._poll_tick()
                 next_poll = time.monotonic() + poll_s
             self._wake.clear()
+            if self._limited.limits:
+                self._launch_limited_claims()
             if self._launch_claim():
                 continue
             # asyncio.timeout, not wait_for: wait_for wraps the wait in a new task on every wake-up
@@ -242,8 +271,8 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, next_poll - time.monotonic())):
                     await self._wake.wait()
-        if self._claims:
-            await asyncio.gather(*self._claims, return_exceptions=True)
+        if self._claims or self._limited_claims:
+            await asyncio.gather(*self._claims, *self._limited_claims.values(), return_exceptions=True)
 
     async def _poll_tick(self) -> None:
         """The fallback: promote due jobs and look at every queue, as if notified."""
@@ -253,6 +282,10 @@ class Worker:
             await self._pool.fetch(Q["job_promote_due"], None, self._options.promote_batch_max)
         except DB_ERRORS as exc:
             log.warning("promoting due jobs failed", error=str(exc))
+        try:
+            await self._limited.load()
+        except DB_ERRORS as exc:
+            log.warning("loading queue limits failed", error=str(exc))
 
     def _launch_claim(self, *, on_listener: bool = False) -> bool:
         """Start one claim if a connection is idle and a claim is worth a round trip (and, with a
@@ -316,7 +349,7 @@ class Worker:
             self._free[q] > 0
             and self._maybe_work[q]
             and (in_flight == 0 or self._free[q] * pipeline >= self._limits[q])
-            for q in self._limits
+            for q in self._limited.plain
         )
 
     def _reserve(self) -> tuple[list[str], list[int]]:
@@ -325,7 +358,7 @@ class Worker:
         wanted: list[int] = []
         budget = self._options.claim_batch_max
         pipeline = self._options.claim_pipeline
-        for queue in self._limits:
+        for queue in self._limited.plain:
             # A share of the queue's slots per claim, so the next claim can be in flight meanwhile.
             share = -(-self._limits[queue] // pipeline)
             n = min(self._free[queue], share, budget)
@@ -335,6 +368,57 @@ class Worker:
                 self._free[queue] -= n
                 budget -= n
         return queues, wanted
+
+    def _launch_limited_claims(self) -> None:
+        """Start a claim for each limited queue that may have work, has free slots and is not
+        blocked, one claim in flight per queue: their claims are serialised in the database anyway."""
+        if self._stopping or self._completer.pending > PENDING_OUTCOMES_MAX:
+            return
+        for queue in self._limited.limits:
+            if (
+                queue in self._limited_claims
+                or self._free[queue] <= 0
+                or not self._maybe_work[queue]
+                or self._limited.is_blocked(queue)
+            ):
+                continue
+            wanted = min(self._free[queue], self._options.claim_batch_max)
+            self._free[queue] -= wanted
+            task = asyncio.create_task(self._claim_limited(queue, wanted))
+            self._limited_claims[queue] = task
+            task.add_done_callback(self._limited_claim_done)
+
+    def _limited_claim_done(self, task: asyncio.Task[None]) -> None:
+        for queue, claim in list(self._limited_claims.items()):
+            if claim is task:
+                del self._limited_claims[queue]
+        self._wake.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("job claim crashed", error=repr(task.exception()))
+
+    async def _claim_limited(self, queue: str, wanted: int) -> None:
+        """Claim up to `wanted` jobs of a limited queue within its limits (job_claim_limited)."""
+        seen = self._notified[queue]
+        try:
+            claim = await self._limited.claim(queue, wanted, self._options.owner, self._options.lease_ms)
+        except BaseException as exc:
+            self._free[queue] += wanted
+            if not isinstance(exc, DB_ERRORS):
+                raise
+            log.warning("job claim failed", queue=queue, error=str(exc))
+            self._limited.block(queue, int(CLAIM_RETRY_DELAY_S * 1000))
+            return
+        got = len(claim.rows)
+        self._free[queue] += wanted - got
+        if claim.retry_after_ms is not None:
+            # The window is spent (or a pause runs): sleep until it opens, no claim meanwhile.
+            self._limited.block(queue, claim.retry_after_ms)
+        elif got < wanted and self._notified[queue] == seen:
+            # No more jobs, or the queue's global concurrency is reached: a NOTIFY wakes it.
+            self._maybe_work[queue] = False
+        for row in claim.rows:
+            self._start(*self._hold(row))
+        self._wake.set()
 
     def _give_back(self, conn: PinnedConnection | Listener) -> None:
         if isinstance(conn, PinnedConnection):
@@ -466,6 +550,12 @@ class Worker:
                 raise RuntimeError("the handler raised CancelledError; its job was not cancelled") from None
         except SnoozeRequest as request:
             self._settle(ctx, snooze(ctx.id, ctx.lease_token, request.delay_ms))
+        except RateLimitedError as exc:
+            log.info("job rate limited", job_id=ctx.id, queue=ctx.queue, pause_ms=exc.retry_after_ms)
+            # The pause is written before the job goes back, so no process claims it meanwhile.
+            await self._limited.pause(ctx.queue, exc.retry_after_ms)
+            # Available again, the attempt not spent, its place in the queue (run_at) kept.
+            self._settle(ctx, Failure(ctx.id, ctx.lease_token, JobState.AVAILABLE, None, None, False))
         except LeaseLostError:
             log.warning("job lease lost; its effects were not committed", job_id=ctx.id, kind=ctx.kind)
             self._forget([ctx])
@@ -523,6 +613,9 @@ class Worker:
                 # Still counted as running: the slot frees here (lease lost, or completed in its tx).
                 self._free[held.ctx.queue] += 1
                 self._wake.set()
+        if self._limited.wakes_on_finish:
+            for ctx in contexts:
+                self._limited.finished(ctx.queue)
 
     def _requeued(self, queue: str) -> None:
         if queue in self._maybe_work:
