@@ -254,6 +254,8 @@ def process_run(engine: str, dsn: str, workers: int) -> tuple[float, int]:
     seconds = asyncio.run(watch())
     go(procs)  # the second line says stop
     done = results(procs)
+    if engine == "ours" and beside_limited():
+        asyncio.run(report_limited_queues(dsn, workers, seconds))
     return seconds, max(r["rss_kib"] for r in done)
 
 
@@ -270,6 +272,25 @@ async def fill_limited_queues(dsn: str) -> None:
             await enqueue_many(conn, [NewJob("side", {"i": i}, queue=CAPPED) for i in range(CAPPED_JOBS)])
     finally:
         await pool.close()
+
+
+async def report_limited_queues(dsn: str, workers: int, seconds: float) -> None:
+    """How much the limited queues did while the plain queue drained (they must have been busy)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT queue, count(*) AS n FROM job WHERE queue <> $1 AND state = 'completed' GROUP BY queue",
+            QUEUE,
+        )
+        await conn.execute("DELETE FROM job WHERE queue <> $1", QUEUE)
+    finally:
+        await conn.close()
+    done = {row["queue"]: int(row["n"]) for row in rows}
+    print(
+        f"  beside, {workers} process(es), {seconds:.2f} s: {done.get(RATED, 0)} jobs of {RATED} "
+        f"({RATED_PER_S}/1s), {done.get(CAPPED, 0)} of {CAPPED} ({CAPPED_RUNNING} at once) completed",
+        flush=True,
+    )
 
 
 def latency_run(engine: str, dsn: str) -> tuple[list[float], list[float]]:

@@ -202,25 +202,25 @@ def prune(
 def stats() -> None:
     """Job counts per queue and state, and each queue's settings."""
     counts = _with_conn(admin.stats)
-    queues = {q["name"]: q for q in _with_conn(admin.list_queues)}
+    queues = {q.name: q for q in _with_conn(admin.list_queues)}
     for queue in sorted(set(counts) | set(queues)):
-        settings = queues.get(queue, {})
-        flags = _queue_flags(settings)
+        settings = queues.get(queue)
+        flags = _queue_flags(settings) if settings is not None else ""
         per_state = "  ".join(f"{state}={n}" for state, n in sorted(counts.get(queue, {}).items()))
         typer.echo(f"{queue}{flags}: {per_state or 'empty'}")
 
 
-def _queue_flags(settings: dict[str, Any]) -> str:
+def _queue_flags(settings: admin.QueueSettings) -> str:
     """A queue's settings as ` (paused, rate 100/1s, concurrency 5)`, or nothing."""
     flags: list[str] = []
-    if settings.get("paused"):
+    if settings.paused:
         flags.append("paused")
-    if settings.get("rate_max") is not None:
-        flags.append(f"rate {admin.format_rate_limit(settings['rate_max'], settings['rate_window_ms'])}")
-    if settings.get("concurrency_max") is not None:
-        flags.append(f"concurrency {settings['concurrency_max']}")
-    if settings.get("rate_paused_until") is not None:
-        flags.append(f"rate-limited until {settings['rate_paused_until'].isoformat()}")
-    if settings.get("max_depth") is not None:
-        flags.append(f"max depth {settings['max_depth']}")
+    if settings.rate_max is not None and settings.rate_window_ms is not None:
+        flags.append(f"rate {admin.format_rate_limit(settings.rate_max, settings.rate_window_ms)}")
+    if settings.concurrency_max is not None:
+        flags.append(f"concurrency {settings.concurrency_max}")
+    if settings.rate_paused_until is not None:
+        flags.append(f"rate-limited until {settings.rate_paused_until.isoformat()}")
+    if settings.max_depth is not None:
+        flags.append(f"max depth {settings.max_depth}")
     return f" ({', '.join(flags)})" if flags else ""

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 import asyncpg
 
 from paymanager.db.pool import Pool
-from paymanager.jobs._queries import Q
+from paymanager.jobs._store import (
+    LimitedClaim,
+    claim_limited,
+    pause_queue_for,
+    queue_limits,
+    wake_queues,
+)
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.jobs.limits")
@@ -38,15 +44,6 @@ class QueueLimits:
     rate_max: int | None
     rate_window_ms: int | None
     concurrency_max: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class LimitedClaim:
-    """What a claim of a limited queue got: the claimed rows, and how long the queue may start
-    nothing more (None: it may go on)."""
-
-    rows: list[asyncpg.Record]
-    retry_after_ms: int | None
 
 
 class LimitedQueues:
@@ -88,18 +85,17 @@ class LimitedQueues:
 
     async def load(self) -> None:
         """Read the limits of the worker's queues; blocks a queue whose pause still runs."""
-        rows = await self._pool.fetch(Q["job_queue_limits"], self._queues)
+        rows = await queue_limits(self._pool, self._queues)
         limits = {
-            row["name"]: QueueLimits(row["rate_max"], row["rate_window_ms"], row["concurrency_max"])
-            for row in rows
+            row.queue: QueueLimits(row.rate_max, row.rate_window_ms, row.concurrency_max) for row in rows
         }
         changed = set(limits) ^ set(self.limits)
         self.limits = limits
         self.plain = [q for q in self._queues if q not in limits]
         self._wake_on_finish = frozenset(q for q, lim in limits.items() if lim.concurrency_max is not None)
         for row in rows:
-            if row["paused_ms"]:
-                self.block(row["name"], int(row["paused_ms"]))
+            if row.paused_ms:
+                self.block(row.queue, row.paused_ms)
         self.loads_done += 1
         for queue in changed:
             self._on_change(queue)
@@ -123,11 +119,9 @@ class LimitedQueues:
                 return
 
     async def claim(self, queue: str, wanted: int, owner: str, lease_ms: int) -> LimitedClaim:
-        records = await self._pool.fetch(Q["job_claim_limited"], queue, wanted, owner, lease_ms)
+        claimed = await claim_limited(self._pool, queue=queue, wanted=wanted, owner=owner, lease_ms=lease_ms)
         self.claims_sent += 1
-        rows = [r for r in records if r["claimed"]]
-        retry_after = [int(r["retry_after_ms"]) for r in records if not r["claimed"]]
-        return LimitedClaim(rows, retry_after[0] if retry_after else None)
+        return claimed
 
     async def pause(self, queue: str, ms: int) -> None:
         """A handler's partner refused for `ms`: no process starts a job of `queue` meanwhile."""
@@ -138,12 +132,12 @@ class LimitedQueues:
             self.plain = [q for q in self._queues if q not in self.limits]
         self.block(queue, ms)
         try:
-            paused_ms = await self._pool.fetchval(Q["job_queue_pause_for"], queue, ms)
+            paused_ms = await pause_queue_for(self._pool, queue=queue, pause_ms=ms)
         except DB_ERRORS as exc:
             # This process keeps away; the others learn of the partner's refusal on their own.
             log.warning("pausing a rate-limited queue failed", queue=queue, error=str(exc))
             return
-        self.block(queue, int(paused_ms))
+        self.block(queue, paused_ms)
 
     def finished(self, queue: str) -> None:
         """A job of `queue` stopped running here: if the queue has a global concurrency, its
@@ -162,7 +156,7 @@ class LimitedQueues:
 
     async def _wake(self, queues: list[str]) -> None:
         try:
-            await self._pool.execute(Q["job_queue_wake"], queues)
+            await wake_queues(self._pool, queues)
         except DB_ERRORS as exc:
             # The others' polls find the free slot.
             log.warning("waking a limited queue's workers failed", queues=queues, error=str(exc))

@@ -24,7 +24,18 @@ from paymanager.jobs._limits import LimitedQueues
 from paymanager.jobs._listener import Listener
 from paymanager.jobs._outcomes import Completion, Failure, decide_failure, snooze
 from paymanager.jobs._pinned import PinnedConnection
-from paymanager.jobs._queries import CHANNEL_AVAILABLE, CHANNEL_CANCEL, CHANNEL_QUEUE, Q
+from paymanager.jobs._queries import CHANNEL_AVAILABLE, CHANNEL_CANCEL, CHANNEL_QUEUE
+from paymanager.jobs._store import (
+    Claimed,
+    ClaimParams,
+    Job,
+    JsonObject,
+    Lease,
+    claim,
+    extend_leases,
+    promote_due,
+    release_many,
+)
 from paymanager.jobs.backoff import backoff_from_json
 from paymanager.jobs.context import JobContext, SnoozeRequest
 from paymanager.jobs.errors import LeaseLostError, PermanentError, RateLimitedError
@@ -58,7 +69,7 @@ class _Held:
 
 
 # A claimed job, held but not started: its context, its hold and its backoff (as stored).
-_Claimed = tuple[JobContext, _Held, dict[str, Any] | None]
+_Claimed = tuple[JobContext, _Held, JsonObject | None]
 
 
 class Worker:
@@ -279,7 +290,7 @@ class Worker:
         for queue in self._limits:
             self._maybe_work[queue] = True
         try:
-            await self._pool.fetch(Q["job_promote_due"], None, self._options.promote_batch_max)
+            await promote_due(self._pool, now=None, batch_max=self._options.promote_batch_max)
         except DB_ERRORS as exc:
             log.warning("promoting due jobs failed", error=str(exc))
         try:
@@ -389,8 +400,8 @@ class Worker:
             task.add_done_callback(self._limited_claim_done)
 
     def _limited_claim_done(self, task: asyncio.Task[None]) -> None:
-        for queue, claim in list(self._limited_claims.items()):
-            if claim is task:
+        for queue, in_flight in list(self._limited_claims.items()):
+            if in_flight is task:
                 del self._limited_claims[queue]
         self._wake.set()
         if not task.cancelled() and task.exception() is not None:
@@ -408,7 +419,7 @@ class Worker:
             log.warning("job claim failed", queue=queue, error=str(exc))
             self._limited.block(queue, int(CLAIM_RETRY_DELAY_S * 1000))
             return
-        got = len(claim.rows)
+        got = len(claim.jobs)
         self._free[queue] += wanted - got
         if claim.retry_after_ms is not None:
             # The window is spent (or a pause runs): sleep until it opens, no claim meanwhile.
@@ -416,8 +427,8 @@ class Worker:
         elif got < wanted and self._notified[queue] == seen:
             # No more jobs, or the queue's global concurrency is reached: a NOTIFY wakes it.
             self._maybe_work[queue] = False
-        for row in claim.rows:
-            self._start(*self._hold(row))
+        for job in claim.jobs:
+            self._start(*self._hold(job))
         self._wake.set()
 
     def _give_back(self, conn: PinnedConnection | Listener) -> None:
@@ -428,25 +439,12 @@ class Worker:
         """Claim into the reserved slots, writing pending completions in the same statement."""
         seen = {q: self._notified[q] for q in queues}
         batch = self._completer.take_completions()
+        params = ClaimParams(
+            queues, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit,
+            [c for _, c in batch], self.events.notify_completed,
+        )  # fmt: skip
         try:
-            if batch:
-                rows = await conn.fetch(
-                    Q["job_claim_batch"], queues, wanted, self._options.owner, self._options.lease_ms,
-                    [c.id for _, c in batch], [c.token for _, c in batch], [c.result for _, c in batch],
-                    self.events.notify_completed, False,
-                )  # fmt: skip
-            elif len(queues) == 1:
-                # The idle worker's claim (nothing to complete) from one queue: the leanest statement.
-                rows = await conn.fetch(
-                    Q["job_claim_queue"], queues[0], wanted[0], self._options.owner, self._options.lease_ms,
-                    self._options.quick_claim_commit,
-                )  # fmt: skip
-            else:
-                # The idle worker's claim from several queues: the lean statement, quick commit.
-                rows = await conn.fetch(
-                    Q["job_claim"], queues, wanted, self._options.owner, self._options.lease_ms,
-                    self._options.quick_claim_commit,
-                )  # fmt: skip
+            claimed = await claim(conn, params)
         except BaseException as exc:
             self._completer.put_back(batch)
             for queue, n in zip(queues, wanted, strict=True):
@@ -460,7 +458,7 @@ class Worker:
             self._wake.set()
             return
         self._give_back(conn)
-        starts, done = self._claimed(rows, queues, wanted, seen)
+        starts, done = self._claimed(claimed, queues, wanted, seen)
         # An idle worker's claim (nothing completed with it) runs its first job in its own task: a
         # new task would cost the enqueue-to-start path a task and a loop turn (docs/BENCHMARKS.md).
         # From then on the task is that job's, no longer a claim in flight (a stopping worker's
@@ -479,19 +477,15 @@ class Worker:
             await self._run(ctx, held, backoff)
 
     def _claimed(
-        self, rows: list[asyncpg.Record], queues: list[str], wanted: list[int], seen: dict[str, int]
+        self, claimed: Claimed, queues: list[str], wanted: list[int], seen: dict[str, int]
     ) -> tuple[list[_Claimed], set[int]]:
         """Record what the claim got: the claimed jobs, held but not started, and the ids the
         statement completed."""
         got: dict[str, int] = dict.fromkeys(queues, 0)
-        done: set[int] = set()
         starts: list[_Claimed] = []
-        for row in rows:
-            if row["claimed"]:
-                got[row["queue"]] += 1
-                starts.append(self._hold(row))
-            else:
-                done.add(row["id"])
+        for job in claimed.jobs:
+            got[job.queue] += 1
+            starts.append(self._hold(job))
         # A claim that filled its slots met a backlog: the next one need not wait for the cooldown.
         self._last_claim_filled = any(got[q] >= n for q, n in zip(queues, wanted, strict=True))
         for queue, n in zip(queues, wanted, strict=True):
@@ -500,40 +494,38 @@ class Worker:
             if got[queue] < n and self._notified[queue] == seen[queue]:
                 self._maybe_work[queue] = False
         self._wake.set()
-        return starts, done
+        return starts, claimed.completed
 
-    def _hold(self, row: asyncpg.Record) -> _Claimed:
+    def _hold(self, job: Job) -> _Claimed:
         """The claimed job's context, held (its slot taken, its timeout running); not started yet."""
-        spec = self._registry.get(row["kind"])
-        max_attempts = row["max_attempts"] or (spec.max_attempts if spec else None)
+        spec = self._registry.get(job.kind)
+        max_attempts = job.max_attempts or (spec.max_attempts if spec else None)
         ctx = JobContext(
-            id=row["id"],
-            kind=row["kind"],
-            queue=row["queue"],
-            payload=row["payload"],
-            attempt=row["attempt"],
+            id=job.id,
+            kind=job.kind,
+            queue=job.queue,
+            payload=job.payload,
+            attempt=job.attempt,
             max_attempts=max_attempts or self._options.default_max_attempts,
-            priority=row["priority"],
-            parent_id=row["parent_id"],
-            lease_token=row["lease_token"],
+            priority=job.priority,
+            parent_id=job.parent_id,
+            lease_token=job.lease_token,
             _pool=self._pool,
             _on_progress=self._on_progress,
         )
-        if row["cancel_requested"]:
+        if job.cancel_requested:
             ctx.cancelled.set()
-        timeout_ms = (
-            row["timeout_ms"] or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms
-        )
+        timeout_ms = job.timeout_ms or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms
         held = _Held(ctx, time.monotonic() + timeout_ms / 1000)
         self._held[ctx.lease_token] = held
-        return ctx, held, row["backoff"]
+        return ctx, held, job.backoff
 
-    def _start(self, ctx: JobContext, held: _Held, backoff: dict[str, Any] | None) -> None:
+    def _start(self, ctx: JobContext, held: _Held, backoff: JsonObject | None) -> None:
         held.task = asyncio.create_task(self._run(ctx, held, backoff))
 
     # --- running -----------------------------------------------------------------------------------
 
-    async def _run(self, ctx: JobContext, held: _Held, backoff: dict[str, Any] | None) -> None:
+    async def _run(self, ctx: JobContext, held: _Held, backoff: JsonObject | None) -> None:
         spec = self._registry.get(ctx.kind)
         try:
             try:
@@ -642,13 +634,9 @@ class Worker:
         held = list(self._held.values())
         if not held:
             return
-        rows = await self._pool.fetch(
-            Q["job_heartbeat_many"],
-            [h.ctx.id for h in held],
-            [h.ctx.lease_token for h in held],
-            self._options.lease_ms,
+        alive = await extend_leases(
+            self._pool, [Lease(h.ctx.id, h.ctx.lease_token) for h in held], lease_ms=self._options.lease_ms
         )
-        alive = {row["lease_token"]: row["cancel_requested"] for row in rows}
         for h in held:
             token = h.ctx.lease_token
             if token not in alive:
@@ -667,17 +655,14 @@ class Worker:
         waited = 0.0
         while remaining:
             try:
-                rows = await self._pool.fetch(
-                    Q["job_release_many"], [c.id for c in remaining], [c.lease_token for c in remaining]
-                )
+                result = await release_many(self._pool, [Lease(c.id, c.lease_token) for c in remaining])
             except DB_ERRORS as exc:
                 # The leases will expire and the rescuer returns the jobs; nothing is lost, only delayed.
                 log.error("releasing job leases failed", error=str(exc), count=len(remaining))
                 break
             # Only the rows skipped as locked are worth another try: a lease gone (rescued, claimed
             # again elsewhere) can never be released by this worker.
-            locked = {row["id"] for row in rows if not row["released"]}
-            remaining = [c for c in remaining if c.id in locked]
+            remaining = [c for c in remaining if c.id in result.locked]
             if not remaining or waited >= RELEASE_WAIT_S:
                 break
             await asyncio.sleep(RELEASE_RETRY_S)

@@ -116,7 +116,7 @@ async def test_the_cli_sets_shows_and_removes_a_global_concurrency(
     code, out = await cli(database_url, "concurrency", "psp.wise", "off")
     assert (code, out.strip()) == (0, "queue psp.wise: global concurrency off")
     [queue] = await list_queues(pool)
-    assert queue["concurrency_max"] is None
+    assert queue.concurrency_max is None
     code, out = await cli(database_url, "concurrency", "psp.wise", "0")
     assert code == 2
     assert "must be within [1, 100000]" in out

@@ -180,7 +180,7 @@ async def test_the_cli_sets_shows_and_removes_a_rate_limit(pool: asyncpg.Pool, d
     code, out = await cli(database_url, "rate-limit", "psp.ipps", "off")
     assert (code, out.strip()) == (0, "queue psp.ipps: rate limit off")
     [queue] = await list_queues(pool)
-    assert (queue["rate_max"], queue["rate_window_ms"]) == (None, None)
+    assert (queue.rate_max, queue.rate_window_ms) == (None, None)
     code, out = await cli(database_url, "rate-limit", "psp.ipps", "100 per second")
     assert code == 2
     assert "must read N/WINDOW" in out
