@@ -118,8 +118,12 @@ class LimitedQueues:
             if not self._load_again:
                 return
 
-    async def claim(self, queue: str, wanted: int, owner: str, lease_ms: int) -> LimitedClaim:
-        claimed = await claim_limited(self._pool, queue=queue, wanted=wanted, owner=owner, lease_ms=lease_ms)
+    async def claim(
+        self, queue: str, wanted: int, owner: str, lease_ms: int, quick_commit: bool
+    ) -> LimitedClaim:
+        claimed = await claim_limited(
+            self._pool, queue=queue, wanted=wanted, owner=owner, lease_ms=lease_ms, quick_commit=quick_commit
+        )
         self.claims_sent += 1
         return claimed
 
@@ -139,14 +143,15 @@ class LimitedQueues:
             return
         self.block(queue, paused_ms)
 
-    def finished(self, queue: str) -> None:
+    def finished(self, queue: str) -> bool:
         """A job of `queue` stopped running here: if the queue has a global concurrency, its
-        workers everywhere are woken (once per turn of the loop for all such queues)."""
+        workers everywhere are woken (once per turn of the loop for all such queues). True then."""
         if queue not in self._wake_on_finish:
-            return
+            return False
         if not self._finished:
             asyncio.get_running_loop().call_soon(self._send_wakes)
         self._finished.add(queue)
+        return True
 
     def _send_wakes(self) -> None:
         queues, self._finished = sorted(self._finished), set()

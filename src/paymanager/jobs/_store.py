@@ -131,9 +131,11 @@ class LimitedClaim:
     retry_after_ms: int | None
 
 
-async def claim_limited(db: Executor, *, queue: str, wanted: int, owner: str, lease_ms: int) -> LimitedClaim:
+async def claim_limited(
+    db: Executor, *, queue: str, wanted: int, owner: str, lease_ms: int, quick_commit: bool
+) -> LimitedClaim:
     """Claim up to `wanted` jobs of a queue with limits, within them (job_claim_limited)."""
-    rows = await db.fetch(Q["job_claim_limited"], queue, wanted, owner, lease_ms)
+    rows = await db.fetch(Q["job_claim_limited"], queue, wanted, owner, lease_ms, quick_commit)
     jobs = [Job.from_row(row) for row in rows if row["claimed"]]
     waits = [int(row["retry_after_ms"]) for row in rows if not row["claimed"]]
     return LimitedClaim(jobs, waits[0] if waits else None)

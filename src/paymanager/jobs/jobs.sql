@@ -485,9 +485,9 @@ SELECT name, paused, max_depth, rate_max, rate_window_ms, concurrency_max,
 
 -- name: job_claim_limited
 -- The claim of a queue with limits (migration 0110 says how): $1 queue, $2 wanted, $3 owner, $4
--- lease ms. Rows as job_claim's, and a row with `claimed` false carrying retry_after_ms when the
--- queue may start nothing more before then.
-SELECT * FROM job_claim_limited($1, $2, $3, $4)
+-- lease ms, $5 quick commit. Rows as job_claim's, and a row with `claimed` false carrying
+-- retry_after_ms when the queue may start nothing more before then.
+SELECT * FROM job_claim_limited($1, $2, $3, $4, $5)
 
 -- name: job_queue_limits
 -- The limits of queues $1 that have any: a rate, a global concurrency, or a pause still running
@@ -526,7 +526,10 @@ RETURNING ceil(extract(epoch FROM rate_paused_until - now()) * 1000)::bigint AS 
 
 -- name: job_queue_wake
 -- Wakes the workers of queues $1 (a job of a queue with a global concurrency finished: a slot is free).
-SELECT pg_notify('pm_job_available', q) FROM unnest($1::text[]) AS q
+-- Commits without waiting for its WAL flush: a wake lost in a crash of the server is covered by the
+-- workers' poll, and nothing durable depends on it.
+SELECT pg_notify('pm_job_available', q), set_config('synchronous_commit', 'off', true)
+  FROM unnest($1::text[]) AS q
 
 -- name: job_stats
 SELECT queue, state, count(*) AS n FROM job GROUP BY queue, state ORDER BY queue, state

@@ -411,7 +411,9 @@ class Worker:
         """Claim up to `wanted` jobs of a limited queue within its limits (job_claim_limited)."""
         seen = self._notified[queue]
         try:
-            claim = await self._limited.claim(queue, wanted, self._options.owner, self._options.lease_ms)
+            claim = await self._limited.claim(
+                queue, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit
+            )
         except BaseException as exc:
             self._free[queue] += wanted
             if not isinstance(exc, DB_ERRORS):
@@ -607,7 +609,10 @@ class Worker:
                 self._wake.set()
         if self._limited.wakes_on_finish:
             for ctx in contexts:
-                self._limited.finished(ctx.queue)
+                if self._limited.finished(ctx.queue):
+                    # A slot of the queue is free: this worker tries it at once, without waiting
+                    # for its own NOTIFY to come back.
+                    self._maybe_work[ctx.queue] = True
 
     def _requeued(self, queue: str) -> None:
         if queue in self._maybe_work:

@@ -18,7 +18,9 @@ ALTER TABLE job_queue
     ADD CONSTRAINT job_queue_rate_whole CHECK ((rate_max IS NULL) = (rate_window_ms IS NULL));
 
 -- Claims up to p_wanted available jobs of a limited queue for owner p_owner with a lease of
--- p_lease_ms, within the queue's limits. Returns the claimed jobs (`claimed` true), and, when the
+-- p_lease_ms, within the queue's limits; with p_quick, a claim that got jobs commits without
+-- waiting for its WAL flush, as the plain claims do (docs/ARCHITECTURE.md, "Claims commit quickly":
+-- its row counts and its jobs are lost together). Returns the claimed jobs (`claimed` true), and, when the
 -- queue may not start more jobs before some time, one row with `claimed` false whose retry_after_ms
 -- says how long (the rest of the window, or of a pause). A queue full of running jobs (its global
 -- concurrency) returns no such row: a slot frees when a job of the queue finishes, and the process
@@ -30,7 +32,8 @@ ALTER TABLE job_queue
 -- the lock, and would count neither the jobs nor the starts that holder has just claimed). The
 -- clock is read once the lock is held, so the windows' start times follow the order of the claims;
 -- the jobs' attempted_at is that time, the time the rate limit counted them at.
-CREATE FUNCTION job_claim_limited(p_queue text, p_wanted integer, p_owner text, p_lease_ms bigint)
+CREATE FUNCTION job_claim_limited(p_queue text, p_wanted integer, p_owner text, p_lease_ms bigint,
+                                  p_quick boolean)
 RETURNS TABLE (claimed boolean, id bigint, queue text, kind text, payload jsonb, priority integer,
                attempt integer, max_attempts integer, backoff jsonb, timeout_ms integer,
                lease_token uuid, parent_id bigint, cancel_requested boolean, retry_after_ms bigint)
@@ -101,6 +104,9 @@ BEGIN
                c.lease_token, c.parent_id, c.cancel_requested, NULL::bigint
           FROM claimed AS c;
         GET DIAGNOSTICS got = ROW_COUNT;
+        IF p_quick AND got > 0 THEN
+            PERFORM set_config('synchronous_commit', 'off', true);
+        END IF;
     END IF;
     IF q.rate_max IS NOT NULL THEN
         IF got > 0 THEN
