@@ -6,7 +6,8 @@ reconnects with capped backoff, and calls `on_reconnect` so the worker polls onc
 
 An idle worker also runs the claim a NOTIFY prompts on this connection (`fetch`): its backend has
 just woken to deliver the notification, where a pooled connection's backend has slept since the last
-job; 0.06-0.09 ms of the enqueue-to-start latency (docs/BENCHMARKS.md). One statement runs on it at a
+job, which shortens the enqueue-to-start latency (docs/BENCHMARKS.md, "Figures behind the job engine's
+code"). One statement runs on it at a
 time (the claim or the ping); a claim finding it busy or down goes to a pooled connection instead.
 While a statement runs here, PostgreSQL holds this backend's notifications back until it returns: a
 claim waiting on a lock (a migration's ALTER TABLE) holds them at most the session's lock_timeout

@@ -74,7 +74,7 @@ SELECT i.id FROM inserted AS i WHERE (SELECT count(*) FROM woken) >= 0
 -- a join on the CTE let it hash-join a scan of the whole table. A completion matches on id and lease
 -- token only: a token is held by a running job alone (CHECK job_lease_iff_running), and with
 -- `state = 'running'` in the condition the generic plan AND-ed a bitmap of the whole running-lease
--- index into each row's primary-key probe (a quarter of the database's CPU in a profile).
+-- index into each row's primary-key probe (docs/BENCHMARKS.md, "Figures behind the job engine's code").
 WITH done AS (
     UPDATE job
        SET state = 'completed', finalized_at = now(), result = r.result,
@@ -117,8 +117,7 @@ WITH done AS (
     -- waiting for the WAL flush. A claim lost in a crash of the server leaves its jobs available,
     -- as a worker's crash does; every completion stays durable, and flushes this claim with it.
     -- Set from the RETURNING list, before the commit that reads it, only when a job was claimed
-    -- (a claim of nothing writes nothing to flush): 0.02-0.03 ms less than a CTE that every
-    -- claim's plan had to run (docs/BENCHMARKS.md).
+    -- (a claim of nothing writes nothing to flush), not by a CTE that every claim's plan would run.
     RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.attempt, job.max_attempts,
               job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
               CASE WHEN $9::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick
@@ -133,8 +132,8 @@ SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 
 
 -- name: job_claim
 -- job_claim_batch with nothing to complete: an idle worker's claim, on the enqueue-to-start path.
--- The same claim without the completion, event and UNION parts, whose setup and execution cost
--- 0.08-0.11 ms of each one-job claim (docs/BENCHMARKS.md, "Enqueue-to-start latency"). $1 queues,
+-- The same claim without the completion, event and UNION parts, whose setup and execution weigh on
+-- each one-job claim (docs/BENCHMARKS.md, "Figures behind the job engine's code"). $1 queues,
 -- $2 wanted per queue, $3 owner, $4 lease ms, $5 quick (commit without waiting for the flush, set
 -- from the RETURNING list as in job_claim_batch).
 -- Its `wanted`, `locked` and update parts are job_claim_batch's: change both together
@@ -169,8 +168,8 @@ RETURNING true AS claimed, job.id, job.queue, job.kind, job.payload, job.priorit
 
 -- name: job_claim_queue
 -- job_claim for one queue ($1): an idle worker's claim when one queue may have work (a NOTIFY names
--- one), without the unnest and lateral join that serve several: 0.035-0.045 ms less per claim
--- (docs/BENCHMARKS.md). $2 wanted, $3 owner, $4 lease ms, $5 quick. The same claim as job_claim and
+-- one), without the unnest and lateral join that serve several (docs/BENCHMARKS.md, "Figures behind the job engine's code").
+-- $2 wanted, $3 owner, $4 lease ms, $5 quick. The same claim as job_claim and
 -- job_claim_batch: change them together (test_the_idle_claims_and_the_batch_claim_take_the_same_jobs).
 UPDATE job
    SET state = 'running',
@@ -557,12 +556,12 @@ SELECT 1
 -- For the worker's pinned connections (claims and completions) and its LISTEN connection (an idle
 -- worker's claims), which run the same few statements
 -- thousands of times a second: with small batches (an idle worker's one-job claims) PostgreSQL kept
--- choosing custom plans and planned the claim statement again on every call, 36% of its backend's
--- CPU and about 0.4 ms of each claim in a profile. The generic plans are the good ones (an index scan
--- of the available jobs, updates by primary key; see docs/BENCHMARKS.md). A generic plan is made
+-- choosing custom plans and planned the claim statement again on every call, a large share of its
+-- backend's CPU. The generic plans are the good ones (an index scan of the available jobs, updates
+-- by primary key; docs/BENCHMARKS.md, "Figures behind the job engine's code"). A generic plan is made
 -- once, with the table's statistics of that moment: made while the table is small (a new
 -- deployment, a quiet hour after pruning) it scans the whole table or a bitmap for `id = ANY(...)`,
--- and keeps doing so as the table grows, 0.03-0.15 ms of each one-job claim. Sequential and bitmap
+-- and keeps doing so as the table grows, on every claim. Sequential and bitmap
 -- scans are turned off for these sessions so that every plan goes by index, whatever the table's
 -- size when it was made (each of their statements reads rows by primary key or by a partial index).
 -- job_session_default_plans undoes it all before the connection goes back to the pool (whose reset

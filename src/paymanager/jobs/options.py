@@ -68,8 +68,9 @@ class WorkerOptions:
     # The first claim after a quiet spell starts at once, and so does a claim after one that filled
     # its slots (a backlog drains at full speed). 0: every notification claims at once.
     claim_cooldown_ms: int = 0
-    # A claim that completes nothing commits without waiting for its WAL flush (about half of an
-    # idle worker's enqueue-to-start latency); see docs/ARCHITECTURE.md, "Claims commit quickly".
+    # A claim that completes nothing commits without waiting for its WAL flush (the flush is a large
+    # part of an idle worker's enqueue-to-start latency); see docs/ARCHITECTURE.md, "Claims commit
+    # quickly".
     quick_claim_commit: bool = True
     # The longest a claim waits on a lock (PostgreSQL's lock_timeout on the claim sessions). Claims
     # skip locked jobs, so they wait only behind DDL (a migration's ALTER TABLE or LOCK): past this

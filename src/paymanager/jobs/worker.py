@@ -462,7 +462,7 @@ class Worker:
         self._give_back(conn)
         starts, done = self._claimed(claimed, queues, wanted, seen)
         # An idle worker's claim (nothing completed with it) runs its first job in its own task: a
-        # new task would cost the enqueue-to-start path a task and a loop turn (docs/BENCHMARKS.md).
+        # new task would cost the enqueue-to-start path a task and a loop turn.
         # From then on the task is that job's, no longer a claim in flight (a stopping worker's
         # fetch loop waits for its claims: then every job gets its own task).
         task = asyncio.current_task()
