@@ -1,9 +1,13 @@
 """The worker: one asyncio loop per process serving several queues, each with its own concurrency.
 
+Split by duty: this module is the producer (the fetch loop and the claims, and the slots they
+fill); `_executor.py` runs a claimed job (timeouts, cancellation, what its handler's end means);
+`_leases.py` holds the attempts (heartbeats, the release at a stop); `_completer.py` writes the
+outcomes in batches; `_limits.py` knows which queues have cluster-wide limits. The Worker wires them.
+
 The fetch loop claims, in ONE statement, as many jobs as there are free slots over all queues that
 may have work (a NOTIFY or a poll says so); each job runs in its own task (an idle worker's claim
-runs its first job in the claim's task); outcomes are written in batches by the completer
-(`_completer.py`); a heartbeat extends every held lease in one statement.
+runs its first job in the claim's task); a heartbeat extends every held lease in one statement.
 """
 
 from __future__ import annotations
@@ -11,18 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 
 from paymanager.db.pool import Pool
 from paymanager.jobs._completer import Completer
+from paymanager.jobs._executor import JobExecutor
+from paymanager.jobs._leases import Held, Leases
 from paymanager.jobs._limits import LimitedQueues
 from paymanager.jobs._listener import Listener
-from paymanager.jobs._outcomes import Completion, Failure, decide_failure, snooze
+from paymanager.jobs._outcomes import Completion, Failure
 from paymanager.jobs._pinned import PinnedConnection
 from paymanager.jobs._queries import CHANNEL_AVAILABLE, CHANNEL_CANCEL, CHANNEL_QUEUE
 from paymanager.jobs._store import (
@@ -30,46 +32,25 @@ from paymanager.jobs._store import (
     ClaimParams,
     Job,
     JsonObject,
-    Lease,
     claim,
-    extend_leases,
     promote_due,
-    release_many,
 )
-from paymanager.jobs.backoff import backoff_from_json
-from paymanager.jobs.context import JobContext, SnoozeRequest
-from paymanager.jobs.errors import LeaseLostError, PermanentError, RateLimitedError
+from paymanager.jobs.context import JobContext
 from paymanager.jobs.events import DeadHook, EventPublisher, JobEvent
 from paymanager.jobs.options import CONCURRENCY_MAX, WorkerOptions
-from paymanager.jobs.registry import HandlerSpec, Registry
-from paymanager.jobs.states import JobState
+from paymanager.jobs.registry import Registry
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.jobs.worker")
 
 # While this many outcomes wait to be written, the worker claims no more (back-pressure).
 PENDING_OUTCOMES_MAX = 5_000
-# How often handler timeouts are checked: one timer for all jobs instead of one per job, so a timeout
-# fires up to this late.
-WATCHDOG_INTERVAL_S = 0.1
 CLAIM_RETRY_DELAY_S = 0.5
-# How long a stop keeps trying to give back a job whose row another transaction holds, and how often.
-RELEASE_WAIT_S = 1.0
-RELEASE_RETRY_S = 0.1
 DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 
-@dataclass(eq=False, slots=True)
-class _Held:
-    ctx: JobContext
-    # Monotonic time past which the handler is cancelled as timed out (see `_watchdog_loop`).
-    deadline: float
-    task: asyncio.Task[None] | None = None
-    timed_out: bool = False
-
-
 # A claimed job, held but not started: its context, its hold and its backoff (as stored).
-_Claimed = tuple[JobContext, _Held, JsonObject | None]
+_Claimed = tuple[JobContext, Held, JsonObject | None]
 
 
 class Worker:
@@ -111,17 +92,12 @@ class Worker:
         self._limited_claims: dict[str, asyncio.Task[None]] = {}
         self._maybe_work = dict.fromkeys(queues, True)
         self._notified = dict.fromkeys(queues, 0)
-        # Attempts running or waiting for their outcome's write, by lease token: one job may have two
-        # here, an attempt whose lease was lost (rescued while it ran) and the attempt that claimed
-        # the job again; each keeps its own slot, heartbeat and timeout until it ends.
-        self._held: dict[uuid.UUID, _Held] = {}
         self._wake = asyncio.Event()
         self._stopping = False
         self._last_claim_at = -1e9  # monotonic seconds at the start of the last claim (cooldown)
         self._cooldown_timer: asyncio.TimerHandle | None = None
         self._last_claim_filled = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._threads = ThreadPoolExecutor(self._options.sync_threads, thread_name_prefix="job-sync")
         self.events = EventPublisher(
             pool, self._options.redis_url, notify_completed=self._options.notify_completed_events
         )
@@ -139,6 +115,21 @@ class Worker:
             self._forget,
             self._requeued,
             on_dead,
+        )
+        self._leases = Leases(
+            pool, lease_ms=self._options.lease_ms, outcome_pending=self._completer.is_pending
+        )
+        # The attempts held (Leases.held), read and changed by every duty of the worker.
+        self._held = self._leases.held
+        self._executor = JobExecutor(
+            registry,
+            self._options,
+            self._leases,
+            self._completer,
+            self._limited,
+            settle=self._settle,
+            forget=self._forget,
+            stopping=lambda: self._stopping,
         )
         self._listener = Listener(
             dsn,
@@ -170,9 +161,11 @@ class Worker:
         await self._limited.load()
         self._tasks = [
             asyncio.create_task(self._fetch_loop(), name="job-fetch"),
-            asyncio.create_task(self._heartbeat_loop(), name="job-heartbeat"),
+            asyncio.create_task(
+                self._leases.run_heartbeats(self._options.heartbeat_interval_ms / 1000), name="job-heartbeat"
+            ),
             asyncio.create_task(self._completer.run(), name="job-completer"),
-            asyncio.create_task(self._watchdog_loop(), name="job-watchdog"),
+            asyncio.create_task(self._executor.run_watchdog(), name="job-watchdog"),
         ]
         log.info("job worker started", queues=self._limits, owner=self._options.owner)
 
@@ -210,7 +203,7 @@ class Worker:
             await asyncio.gather(heartbeat, return_exceptions=True)
         # What is still held now has no outcome to write (drain wrote them all): the jobs cut off
         # above, and any whose task ended without one. Give every one back.
-        await self._release([h.ctx for h in self._held.values()])
+        await self._leases.release([h.ctx for h in self._held.values()])
         for task in self._tasks[1:]:
             task.cancel()
         await asyncio.gather(*self._tasks[1:], return_exceptions=True)
@@ -220,7 +213,7 @@ class Worker:
         await self._limited.close()
         await self._listener.stop()
         await self.events.close()
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown()
         log.info("job worker stopped", released=len(unfinished))
 
     # --- notifications -----------------------------------------------------------------------------
@@ -238,10 +231,7 @@ class Worker:
 
     def _on_cancel(self, payload: str) -> None:
         with contextlib.suppress(ValueError):
-            job_id = int(payload)
-            for held in self._held.values():
-                if held.ctx.id == job_id:
-                    held.ctx.cancelled.set()
+            self._leases.on_cancel(int(payload))
 
     def _on_reconnect(self) -> None:
         # Notifications sent while the listener was down are lost: look at every queue once.
@@ -430,7 +420,7 @@ class Worker:
             # No more jobs, or the queue's global concurrency is reached: a NOTIFY wakes it.
             self._maybe_work[queue] = False
         for job in claim.jobs:
-            self._start(*self._hold(job))
+            self._executor.start(*self._hold(job))
         self._wake.set()
 
     def _give_back(self, conn: PinnedConnection | Listener) -> None:
@@ -468,7 +458,7 @@ class Worker:
         task = asyncio.current_task()
         inline = bool(starts) and not batch and not self._stopping and task in self._claims
         for start in starts[1:] if inline else starts:
-            self._start(*start)
+            self._executor.start(*start)
         if batch:
             await self._completer.settled(batch, done)
         if inline:
@@ -476,7 +466,7 @@ class Worker:
             self._claims.discard(task)
             ctx, held, backoff = starts[0]
             held.task = task
-            await self._run(ctx, held, backoff)
+            await self._executor.run(ctx, held, backoff)
 
     def _claimed(
         self, claimed: Claimed, queues: list[str], wanted: list[int], seen: dict[str, int]
@@ -518,77 +508,8 @@ class Worker:
         if job.cancel_requested:
             ctx.cancelled.set()
         timeout_ms = job.timeout_ms or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms
-        held = _Held(ctx, time.monotonic() + timeout_ms / 1000)
-        self._held[ctx.lease_token] = held
+        held = self._leases.hold(ctx, time.monotonic() + timeout_ms / 1000)
         return ctx, held, job.backoff
-
-    def _start(self, ctx: JobContext, held: _Held, backoff: JsonObject | None) -> None:
-        held.task = asyncio.create_task(self._run(ctx, held, backoff))
-
-    # --- running -----------------------------------------------------------------------------------
-
-    async def _run(self, ctx: JobContext, held: _Held, backoff: JsonObject | None) -> None:
-        spec = self._registry.get(ctx.kind)
-        try:
-            try:
-                value = await self._call(ctx, spec)
-            except asyncio.CancelledError:
-                if held.timed_out:
-                    raise TimeoutError(f"job {ctx.id} ran past its timeout") from None
-                task = asyncio.current_task()
-                if self._stopping or (task is not None and task.cancelling()):
-                    raise
-                # Not a cancel of this job's task: the handler let out the CancelledError of
-                # something it awaited (a future or a task cancelled elsewhere). Left to end the
-                # task, it would leave the job held, its lease extended by every heartbeat.
-                raise RuntimeError("the handler raised CancelledError; its job was not cancelled") from None
-        except SnoozeRequest as request:
-            self._settle(ctx, snooze(ctx.id, ctx.lease_token, request.delay_ms))
-        except RateLimitedError as exc:
-            log.info("job rate limited", job_id=ctx.id, queue=ctx.queue, pause_ms=exc.retry_after_ms)
-            # The pause is written before the job goes back, so no process claims it meanwhile.
-            await self._limited.pause(ctx.queue, exc.retry_after_ms)
-            # Available again, the attempt not spent, its place in the queue (run_at) kept.
-            self._settle(ctx, Failure(ctx.id, ctx.lease_token, JobState.AVAILABLE, None, None, False))
-        except LeaseLostError:
-            log.warning("job lease lost; its effects were not committed", job_id=ctx.id, kind=ctx.kind)
-            self._forget([ctx])
-        except asyncio.CancelledError:
-            # Shutdown past its timeout: `stop` gives the lease back; nothing is written here.
-            if not self._stopping:
-                raise
-        except Exception as exc:  # a handler's exception never crashes the worker
-            chosen = backoff_from_json(backoff) if backoff else (spec.backoff if spec else None)
-            failure = decide_failure(
-                ctx.id, ctx.lease_token, exc, attempt=ctx.attempt, max_attempts=ctx.max_attempts,
-                backoff=chosen or self._options.default_backoff, cancel_requested=ctx.cancelled.is_set(),
-            )  # fmt: skip
-            self._settle(ctx, failure)
-        else:
-            if ctx.completed_in_transaction:
-                self._completer.published_completion(ctx)
-                self._forget([ctx])
-            else:
-                result = value if value is not None else ctx.result
-                self._settle(ctx, Completion(ctx.id, ctx.lease_token, result))
-
-    async def _call(self, ctx: JobContext, spec: HandlerSpec | None) -> Any:
-        if spec is None:
-            raise PermanentError(f"no handler is registered for job kind {ctx.kind!r}")
-        if spec.is_async:
-            return await spec.handler(ctx)
-        loop = asyncio.get_running_loop()
-        # A thread cannot be interrupted: on timeout the job fails, but the thread runs to its end.
-        return await loop.run_in_executor(self._threads, spec.handler, ctx)
-
-    async def _watchdog_loop(self) -> None:
-        while True:
-            await asyncio.sleep(WATCHDOG_INTERVAL_S)
-            now = time.monotonic()
-            for held in list(self._held.values()):
-                if held.task is not None and not held.timed_out and now > held.deadline:
-                    held.timed_out = True
-                    held.task.cancel()
 
     def _settle(self, ctx: JobContext, outcome: Completion | Failure) -> None:
         """Hand the outcome to the completer and free the slot (the job stays held until written)."""
@@ -623,56 +544,6 @@ class Worker:
     async def _on_progress(self, ctx: JobContext, pct: float) -> None:
         await self.events.publish([JobEvent("progress", ctx.id, ctx.kind, ctx.queue, ctx.attempt, pct)])
 
-    # --- leases ------------------------------------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        interval_s = self._options.heartbeat_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.heartbeat()
-            except DB_ERRORS as exc:
-                log.warning("job heartbeat failed", error=str(exc), held=len(self._held))
-
     async def heartbeat(self) -> None:
-        """Extend every held lease in one statement; flag lost leases and cancellations."""
-        held = list(self._held.values())
-        if not held:
-            return
-        alive = await extend_leases(
-            self._pool, [Lease(h.ctx.id, h.ctx.lease_token) for h in held], lease_ms=self._options.lease_ms
-        )
-        for h in held:
-            token = h.ctx.lease_token
-            if token not in alive:
-                if token in self._held and not self._completer.is_pending(token):
-                    h.ctx.lease_lost.set()
-                    h.ctx.cancelled.set()
-            elif alive[token]:
-                h.ctx.cancelled.set()
-
-    async def _release(self, contexts: list[JobContext]) -> None:
-        """Give the jobs back (available, the attempt not spent). The statement skips rows another
-        transaction holds: a short holder (an admin query) is waited for by trying again for up to
-        RELEASE_WAIT_S; a long one (a shared settlement transaction still open) is not, and its job
-        is the rescuer's when its lease expires."""
-        remaining = list(contexts)
-        waited = 0.0
-        while remaining:
-            try:
-                result = await release_many(self._pool, [Lease(c.id, c.lease_token) for c in remaining])
-            except DB_ERRORS as exc:
-                # The leases will expire and the rescuer returns the jobs; nothing is lost, only delayed.
-                log.error("releasing job leases failed", error=str(exc), count=len(remaining))
-                break
-            # Only the rows skipped as locked are worth another try: a lease gone (rescued, claimed
-            # again elsewhere) can never be released by this worker.
-            remaining = [c for c in remaining if c.id in result.locked]
-            if not remaining or waited >= RELEASE_WAIT_S:
-                break
-            await asyncio.sleep(RELEASE_RETRY_S)
-            waited += RELEASE_RETRY_S
-        if remaining:
-            log.warning("job leases left to expire", count=len(remaining), ids=[c.id for c in remaining][:20])
-        for ctx in contexts:
-            self._held.pop(ctx.lease_token, None)
+        """Extend every held lease now (the heartbeat loop does it every heartbeat_interval_ms)."""
+        await self._leases.heartbeat()
