@@ -8,7 +8,9 @@ one session planned as the worker plans it (generic plans, index scans), alterna
 costs a queue without limits shows apart from the noise of whole-engine runs: `job_claim_queue`
 (an idle worker's one-job claim, on the enqueue-to-start path) and `job_claim_batch` (a busy
 worker's claim of 100 jobs with 100 completions). Each case runs with no row for the queue in
-`job_queue`, and with one (a queue with a max depth), and beside two limited queues.
+`job_queue`, and with one (a queue with a max depth), and beside two limited queues. The two
+statements take turns call by call on one connection, so the machine's load drifts alike for both;
+the figure is the median call, per round, and the median of the rounds.
 """
 
 from __future__ import annotations
@@ -44,39 +46,44 @@ def before(statement: str) -> str:
     return old
 
 
-async def one_job_claims(conn: asyncpg.Connection, statement: str, n: int) -> float:
+async def fill(conn: asyncpg.Connection, n: int) -> None:
     await conn.execute("TRUNCATE job")
     await conn.execute(
         "INSERT INTO job (queue, kind, payload, state) SELECT 'bench', 'noop', '{}', 'available'"
         " FROM generate_series(1, $1)",
         n,
     )
-    started = time.perf_counter()
-    for _ in range(n):
-        await conn.fetch(statement, "bench", 1, "bench", 30_000, True)
-    return (time.perf_counter() - started) / n * 1e6
+    await conn.execute("VACUUM ANALYZE job")
 
 
-async def batch_claims(conn: asyncpg.Connection, statement: str, n: int) -> float:
-    await conn.execute("TRUNCATE job")
-    await conn.execute(
-        "INSERT INTO job (queue, kind, payload, state) SELECT 'bench', 'noop', '{}', 'available'"
-        " FROM generate_series(1, $1)",
-        n,
-    )
+async def one_job_claims(conn: asyncpg.Connection, statements: tuple[str, str], n: int) -> list[list[float]]:
+    """n one-job claims, the two statements taking turns call by call; each call's time (us)."""
+    await fill(conn, n)
+    times: list[list[float]] = [[], []]
+    for i in range(n):
+        started = time.perf_counter()
+        await conn.fetch(statements[i % 2], "bench", 1, "bench", 30_000, True)
+        times[i % 2].append((time.perf_counter() - started) * 1e6)
+    return times
+
+
+async def batch_claims(conn: asyncpg.Connection, statements: tuple[str, str], n: int) -> list[list[float]]:
+    """Claims of 100 jobs each writing the previous claim's 100 completions, taking turns."""
+    await fill(conn, n)
+    times: list[list[float]] = [[], []]
     held: list[tuple[int, uuid.UUID]] = []
-    calls = 0
-    started = time.perf_counter()
+    i = 0
     while True:
+        started = time.perf_counter()
         rows = await conn.fetch(
-            statement, ["bench"], [100], "bench", 30_000,
+            statements[i % 2], ["bench"], [100], "bench", 30_000,
             [h[0] for h in held], [h[1] for h in held], [None] * len(held), False, False,
         )  # fmt: skip
-        calls += 1
+        times[i % 2].append((time.perf_counter() - started) * 1e6)
+        i += 1
         held = [(r["id"], r["lease_token"]) for r in rows if r["claimed"]]
         if not held:
-            break
-    return (time.perf_counter() - started) / calls * 1e6
+            return times
 
 
 async def run(claims: int, rounds: int) -> None:
@@ -89,18 +96,13 @@ async def run(claims: int, rounds: int) -> None:
         await init_connection(conn)
         await migrations.migrate(conn)
         await conn.execute(Q["job_session_generic_plans"])
-        cases: list[tuple[str, str, Any]] = []
-        for label, stmt, runner in (
-            ("job_claim_queue, 1 job", Q["job_claim_queue"], one_job_claims),
-            ("job_claim_batch, 100 jobs", Q["job_claim_batch"], batch_claims),
-        ):
-            cases += [(f"{label}, before", before(stmt), runner), (f"{label}, after", stmt, runner)]
+        cases: list[tuple[str, str, Any, int]] = [
+            ("job_claim_queue, 1 job", Q["job_claim_queue"], one_job_claims, claims),
+            ("job_claim_batch, 100 jobs + 100 completions", Q["job_claim_batch"], batch_claims, claims * 20),
+        ]
         for setting, sql in (
             ("no job_queue row", None),
-            (
-                "a job_queue row (max depth)",
-                "INSERT INTO job_queue (name, max_depth) VALUES ('bench', 1000000)",
-            ),
+            ("a job_queue row (max depth)", "INSERT INTO job_queue (name, max_depth) VALUES ('bench', 1e6)"),
             (
                 "and two limited queues",
                 "INSERT INTO job_queue (name, rate_max, rate_window_ms) VALUES ('rated', 100, 1000);"
@@ -109,16 +111,23 @@ async def run(claims: int, rounds: int) -> None:
         ):
             if sql is not None:
                 await conn.execute(sql)
-            times: dict[str, list[float]] = {label: [] for label, _, _ in cases}
-            for r in range(rounds):
-                order = cases if r % 2 == 0 else list(reversed(cases))
-                for label, stmt, runner in order:
-                    n = claims if runner is one_job_claims else claims * 10
-                    times[label].append(await runner(conn, stmt, n))
-            print(f"# {setting}: median of {rounds} rounds ({claims} one-job claims, or claims of 100)")
-            for label, values in times.items():
-                per = ", ".join(f"{v:.0f}" for v in values)
-                print(f"{label:<36} {statistics.median(values):>8.1f} us per call   ({per})")
+            print(f"# {setting}: {rounds} rounds, the statements taking turns call by call", flush=True)
+            for label, stmt, runner, n in cases:
+                medians: list[list[float]] = [[], []]
+                for r in range(rounds):
+                    # Which goes first alternates too.
+                    pair = (before(stmt), stmt) if r % 2 == 0 else (stmt, before(stmt))
+                    first, second = await runner(conn, pair, n)
+                    old, new = (first, second) if r % 2 == 0 else (second, first)
+                    medians[0].append(statistics.median(old))
+                    medians[1].append(statistics.median(new))
+                b, a = statistics.median(medians[0]), statistics.median(medians[1])
+                print(
+                    f"{label:<46} before {b:8.1f} us  after {a:8.1f} us  after/before {a / b:.3f}"
+                    f"  (per-round medians before {', '.join(f'{v:.0f}' for v in medians[0])};"
+                    f" after {', '.join(f'{v:.0f}' for v in medians[1])})",
+                    flush=True,
+                )
         await conn.close()
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
