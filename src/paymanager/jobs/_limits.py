@@ -4,7 +4,8 @@ The limits live on the queues' rows (job_queue, migration 0110), where every pro
 queue with a limit is claimed by `job_claim_limited` alone (the plain claim statements skip it), one
 claim at a time per process; a queue without is claimed by the plain statements and pays nothing for
 the feature. The view is loaded at start, again when a setting changes (NOTIFY on pm_job_queue), when
-the LISTEN connection comes back, and at every poll (a lost notification).
+the LISTEN connection comes back, and at every poll while any of its queues has limits (a pause
+asked by a handler ends without a notification).
 
 A queue that may not start jobs before some time (its rate window spent, or a handler's
 RateLimitedError paused it) is blocked until then by a timer: no claim goes out for it meanwhile, and

@@ -283,7 +283,11 @@ class Worker:
             await promote_due(self._pool, now=None, batch_max=self._options.promote_batch_max)
         except DB_ERRORS as exc:
             log.warning("promoting due jobs failed", error=str(exc))
+        if not self._limited.limits:
+            # A limit set later reaches this worker by its NOTIFY (and a reconnect's load).
+            return
         try:
+            # A pause asked by a handler may have ended: its queue goes back to the plain claims.
             await self._limited.load()
         except DB_ERRORS as exc:
             log.warning("loading queue limits failed", error=str(exc))
