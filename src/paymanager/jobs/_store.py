@@ -53,20 +53,12 @@ class Job:
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
+        # Positional: one Job per claimed job, and keyword arguments cost a frozen dataclass more.
         return cls(
-            id=row["id"],
-            queue=row["queue"],
-            kind=row["kind"],
-            payload=row["payload"],
-            priority=row["priority"],
-            attempt=row["attempt"],
-            max_attempts=row["max_attempts"],
-            backoff=row["backoff"],
-            timeout_ms=row["timeout_ms"],
-            lease_token=row["lease_token"],
-            parent_id=row["parent_id"],
-            cancel_requested=row["cancel_requested"],
-        )
+            row["id"], row["queue"], row["kind"], row["payload"], row["priority"], row["attempt"],
+            row["max_attempts"], row["backoff"], row["timeout_ms"], row["lease_token"], row["parent_id"],
+            row["cancel_requested"],
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
