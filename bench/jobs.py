@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/jobs.py [--jobs 20000] [--retention-jobs 100000] [--retention-rounds 5]
                                    [--skip-retention] [--only proc1,proc2,latency] [--loop uvloop|asyncio]
+                                   [--beside-limited]
 
 Figures (each printed with PGQueuer's figure from the same run and the ratio):
 - processing N pre-queued no-op jobs with 1 and 2 worker processes (leases, heartbeats, fencing on,
@@ -10,6 +11,10 @@ Figures (each printed with PGQueuer's figure from the same run and the ratio):
 - enqueue-to-start latency of 200 jobs enqueued 20 ms apart into idle workers (p50, p99);
 - peak RSS of a worker process;
 - size of the jobs table after a long run with retention on (printed per round: it must plateau).
+
+With `--beside-limited`, paymanager's worker processes also serve a rate-limited queue (100 jobs per
+second) and a globally limited one (5 running at once over both processes), each busy throughout the
+run, while the figures still count the plain queue alone: what the limits cost a queue without them.
 
 Worker processes and the latency producer of both engines run on uvloop (`--loop`), as both
 engines' command-line runners do where it is installed (`paymanager run`, `pgq run`).
@@ -67,6 +72,10 @@ QUICK_CLAIM = os.environ.get("BENCH_QUICK_CLAIM", "1") == "1"
 # The event loop of worker processes and of the latency producer (set by --loop).
 LOOP = os.environ.get("BENCH_LOOP", "uvloop")
 FIGURES = ("bulk", "proc1", "proc2", "single", "latency")
+# --beside-limited: the limited queues beside the plain one, and the jobs that keep them busy.
+RATED, RATED_PER_S, RATED_JOBS = "bench.rated", 100, 2_000
+CAPPED, CAPPED_RUNNING, CAPPED_JOBS = "bench.capped", 5, 20_000
+SIDE_JOB_S = 0.005
 PGQ_BATCH = 100
 LATENCY_JOBS = 200
 LATENCY_GAP_S = 0.020
@@ -78,6 +87,15 @@ OURS_BUSY = (
     " OR EXISTS (SELECT 1 FROM job WHERE state = 'running')"
 )
 PGQ_BUSY = "SELECT EXISTS (SELECT 1 FROM pgqueuer)"
+# The plain queue alone, when limited queues run beside it.
+OURS_PLAIN_BUSY = (
+    f"SELECT EXISTS (SELECT 1 FROM job WHERE state = 'available' AND queue = '{QUEUE}')"
+    f" OR EXISTS (SELECT 1 FROM job WHERE state = 'running' AND queue = '{QUEUE}')"
+)
+
+
+def beside_limited() -> bool:
+    return os.environ.get("BENCH_BESIDE_LIMITED", "0") == "1"
 
 
 def run_on_loop(coro: Coroutine[Any, Any, T]) -> T:
@@ -217,8 +235,10 @@ def process_run(engine: str, dsn: str, workers: int) -> tuple[float, int]:
     This process watches for the empty queue on its own connection (every 5 ms, one index probe),
     so the workers' loops carry nothing but the engine; then it tells them to stop.
     """
+    if engine == "ours" and beside_limited():
+        asyncio.run(fill_limited_queues(dsn))
     procs = [spawn(engine, dsn, "drain") for _ in range(workers)]
-    busy = OURS_BUSY if engine == "ours" else PGQ_BUSY
+    busy = (OURS_PLAIN_BUSY if beside_limited() else OURS_BUSY) if engine == "ours" else PGQ_BUSY
 
     async def watch() -> float:
         conn = await asyncpg.connect(dsn)
@@ -234,7 +254,43 @@ def process_run(engine: str, dsn: str, workers: int) -> tuple[float, int]:
     seconds = asyncio.run(watch())
     go(procs)  # the second line says stop
     done = results(procs)
+    if engine == "ours" and beside_limited():
+        asyncio.run(report_limited_queues(dsn, workers, seconds))
     return seconds, max(r["rss_kib"] for r in done)
+
+
+async def fill_limited_queues(dsn: str) -> None:
+    """Limit the side queues and fill them with enough jobs to stay busy for the whole run."""
+    from paymanager.jobs import set_global_concurrency, set_rate_limit
+
+    pool = await create_pool(dsn, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as conn:
+            await set_rate_limit(conn, RATED, max_jobs=RATED_PER_S, window_ms=1_000)
+            await set_global_concurrency(conn, CAPPED, CAPPED_RUNNING)
+            await enqueue_many(conn, [NewJob("side", {"i": i}, queue=RATED) for i in range(RATED_JOBS)])
+            await enqueue_many(conn, [NewJob("side", {"i": i}, queue=CAPPED) for i in range(CAPPED_JOBS)])
+    finally:
+        await pool.close()
+
+
+async def report_limited_queues(dsn: str, workers: int, seconds: float) -> None:
+    """How much the limited queues did while the plain queue drained (they must have been busy)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT queue, count(*) AS n FROM job WHERE queue <> $1 AND state = 'completed' GROUP BY queue",
+            QUEUE,
+        )
+        await conn.execute("DELETE FROM job WHERE queue <> $1", QUEUE)
+    finally:
+        await conn.close()
+    done = {row["queue"]: int(row["n"]) for row in rows}
+    print(
+        f"  beside, {workers} process(es), {seconds:.2f} s: {done.get(RATED, 0)} jobs of {RATED} "
+        f"({RATED_PER_S}/1s), {done.get(CAPPED, 0)} of {CAPPED} ({CAPPED_RUNNING} at once) completed",
+        flush=True,
+    )
 
 
 def latency_run(engine: str, dsn: str) -> tuple[list[float], list[float]]:
@@ -288,8 +344,13 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
         if expected is not None and len(latencies) >= expected:
             finished.set()
 
+    async def side(ctx: JobContext) -> None:
+        await asyncio.sleep(SIDE_JOB_S)
+
     registry.register("noop", noop, queue=QUEUE)
     registry.register("latency", latency, queue=QUEUE)
+    registry.register("side", side, queue=RATED)
+    queues = {QUEUE: CONCURRENCY, RATED: 10, CAPPED: 10} if beside_limited() else {QUEUE: CONCURRENCY}
     pool = await create_pool(dsn, min_size=2, max_size=PIPELINE + 3)
     options = WorkerOptions(
         owner=f"bench-{os.getpid()}",
@@ -299,7 +360,7 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
         notify_completed_events=NOTIFY_COMPLETED,
         quick_claim_commit=QUICK_CLAIM,
     )
-    worker = Worker(pool, dsn, registry, {QUEUE: CONCURRENCY}, options)
+    worker = Worker(pool, dsn, registry, queues, options)
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
     await worker.start()
@@ -503,6 +564,7 @@ def bench(args: argparse.Namespace) -> None:
         f"# job engine benchmark: {n} jobs, concurrency {CONCURRENCY} per worker process "
         f"(PGQueuer batch {PGQ_BATCH}), {args.rounds} interleaved rounds, median shown; "
         f"workers on {os.environ['BENCH_LOOP']}; PostgreSQL at {urlsplit(SERVER).netloc}"
+        + ("; a rate-limited and a globally limited queue beside paymanager's" if beside_limited() else "")
     )
     created: list[str] = []
     try:
@@ -546,9 +608,14 @@ def main() -> None:
         "--only", default=",".join(FIGURES), help=f"figures to measure, comma-separated: {', '.join(FIGURES)}"
     )
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default=LOOP, help="worker processes' loop")
+    parser.add_argument(
+        "--beside-limited", action="store_true", help="a rate-limited and a globally limited queue run beside"
+    )
     args = parser.parse_args()
-    # Worker processes read it from the environment they inherit.
+    # Worker processes read them from the environment they inherit.
     os.environ["BENCH_LOOP"] = args.loop
+    if args.beside_limited:
+        os.environ["BENCH_BESIDE_LIMITED"] = "1"
     bench(args)
 
 

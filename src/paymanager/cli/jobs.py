@@ -1,4 +1,4 @@
-"""`paymanager jobs ...`: list, inspect, retry, replay, cancel, pause/resume, prune, stats."""
+"""`paymanager jobs ...`: list, inspect, retry, replay, cancel, pause/resume, limits, prune, stats."""
 
 from __future__ import annotations
 
@@ -140,6 +140,38 @@ def max_depth(queue: str, depth: Annotated[int, typer.Argument(help="0 removes t
     typer.echo(f"queue {queue}: max depth {depth or 'unlimited'}")
 
 
+@jobs_app.command("rate-limit")
+def rate_limit(
+    queue: str,
+    limit: Annotated[str, typer.Argument(help="N/WINDOW: 100/1s, 5/500ms, 600/1m; `off` removes it.")],
+) -> None:
+    """Start at most N jobs of a queue per window, over every process."""
+    try:
+        parsed = admin.parse_rate_limit(limit)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    max_jobs, window_ms = parsed if parsed is not None else (None, 1_000)
+    _with_conn(lambda c: admin.set_rate_limit(c, queue, max_jobs=max_jobs, window_ms=window_ms))
+    shown = admin.format_rate_limit(max_jobs, window_ms) if max_jobs is not None else "off"
+    typer.echo(f"queue {queue}: rate limit {shown}")
+
+
+@jobs_app.command()
+def concurrency(
+    queue: str, limit: Annotated[str, typer.Argument(help="Most jobs running at once; `off` removes it.")]
+) -> None:
+    """Run at most N jobs of a queue at once over every process (beside each worker's own limit)."""
+    value: int | None = None
+    if limit.strip().lower() != "off":
+        if not limit.strip().isdigit():
+            typer.echo(f"error: concurrency {limit!r} must be a number or off", err=True)
+            raise typer.Exit(2)
+        value = int(limit)
+    _with_conn(lambda c: admin.set_global_concurrency(c, queue, value))
+    typer.echo(f"queue {queue}: global concurrency {value if value is not None else 'off'}")
+
+
 @jobs_app.command()
 def prune(
     completed_age_ms: Annotated[int | None, typer.Option(min=0)] = None,
@@ -169,9 +201,25 @@ def prune(
 def stats() -> None:
     """Job counts per queue and state, and each queue's settings."""
     counts = _with_conn(admin.stats)
-    queues = {q["name"]: q for q in _with_conn(admin.list_queues)}
+    queues = {q.name: q for q in _with_conn(admin.list_queues)}
     for queue in sorted(set(counts) | set(queues)):
-        settings = queues.get(queue, {})
-        flags = " (paused)" if settings.get("paused") else ""
+        settings = queues.get(queue)
+        flags = _queue_flags(settings) if settings is not None else ""
         per_state = "  ".join(f"{state}={n}" for state, n in sorted(counts.get(queue, {}).items()))
         typer.echo(f"{queue}{flags}: {per_state or 'empty'}")
+
+
+def _queue_flags(settings: admin.QueueSettings) -> str:
+    """A queue's settings as ` (paused, rate 100/1s, concurrency 5)`, or nothing."""
+    flags: list[str] = []
+    if settings.paused:
+        flags.append("paused")
+    if settings.rate_max is not None and settings.rate_window_ms is not None:
+        flags.append(f"rate {admin.format_rate_limit(settings.rate_max, settings.rate_window_ms)}")
+    if settings.concurrency_max is not None:
+        flags.append(f"concurrency {settings.concurrency_max}")
+    if settings.rate_paused_until is not None:
+        flags.append(f"rate-limited until {settings.rate_paused_until.isoformat()}")
+    if settings.max_depth is not None:
+        flags.append(f"max depth {settings.max_depth}")
+    return f" ({', '.join(flags)})" if flags else ""

@@ -5,6 +5,7 @@ Enqueue on the caller's connection (`enqueue`, `enqueue_many`, `enqueue_flow`), 
 follow the lifecycle (`EventStream`). The lifecycle is drawn in docs/state_machines.md.
 """
 
+from paymanager.jobs.admin import set_global_concurrency, set_rate_limit
 from paymanager.jobs.backoff import OUTBOX_SCHEDULE, Backoff, Exponential, Fixed, Schedule
 from paymanager.jobs.context import JobContext
 from paymanager.jobs.enqueue import EnqueueResult, NewJob, enqueue, enqueue_flow, enqueue_many
@@ -17,6 +18,7 @@ from paymanager.jobs.errors import (
     PayloadTooLargeError,
     PermanentError,
     QueueFullError,
+    RateLimitedError,
 )
 from paymanager.jobs.events import DeadHook, DeadJob, EventStream, JobEvent
 from paymanager.jobs.options import MaintenanceOptions, PeriodicJob, Retention, WorkerOptions
@@ -47,6 +49,7 @@ __all__ = [
     "PeriodicJob",
     "PermanentError",
     "QueueFullError",
+    "RateLimitedError",
     "Registry",
     "Retention",
     "Schedule",
@@ -55,4 +58,6 @@ __all__ = [
     "enqueue",
     "enqueue_flow",
     "enqueue_many",
+    "set_global_concurrency",
+    "set_rate_limit",
 ]

@@ -15,7 +15,7 @@ import asyncpg
 
 from paymanager.jobs._outcomes import Completion, Failure
 from paymanager.jobs._pinned import PinnedConnection
-from paymanager.jobs._queries import Q
+from paymanager.jobs._store import complete_many, fail_many
 from paymanager.jobs.context import JobContext
 from paymanager.jobs.events import DeadHook, DeadJob, EventPublisher, JobEvent
 from paymanager.jobs.states import JobState
@@ -154,14 +154,10 @@ class Completer:
         log.error("job outcomes dropped after repeated failures; their leases will expire")
 
     async def _complete(self, batch: list[tuple[JobContext, Completion]], events: list[JobEvent]) -> None:
-        rows = await self._conn.fetch(
-            Q["job_complete_many"],
-            [c.id for _, c in batch],
-            [c.token for _, c in batch],
-            [c.result for _, c in batch],
-            self._events.notify_completed,
+        done = await complete_many(
+            self._conn, [c for _, c in batch], notify_completed=self._events.notify_completed
         )
-        self.completed(batch, {row["id"] for row in rows}, events)
+        self.completed(batch, done, events)
 
     def completed(
         self, batch: list[tuple[JobContext, Completion]], done: set[int], events: list[JobEvent]
@@ -202,16 +198,7 @@ class Completer:
         events: list[JobEvent],
         dead: list[tuple[JobContext, dict[str, Any] | None]],
     ) -> None:
-        rows = await self._conn.fetch(
-            Q["job_fail_many"],
-            [f.id for _, f in batch],
-            [f.token for _, f in batch],
-            [f.state.value for _, f in batch],
-            [f.delay_ms for _, f in batch],
-            [f.error for _, f in batch],
-            [f.spent for _, f in batch],
-        )
-        written = {row["id"] for row in rows}
+        written = await fail_many(self._conn, [f for _, f in batch])
         for ctx, failure in batch:
             if ctx.id not in written:
                 continue

@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 
 from paymanager.db.pool import Pool
-from paymanager.jobs._queries import Q
+from paymanager.jobs._store import end_claim_session, start_claim_session
 
 BROKEN = (asyncpg.InterfaceError, asyncpg.exceptions.ConnectionDoesNotExistError, OSError, TimeoutError)
 
@@ -36,9 +36,7 @@ class PinnedConnection:
         conn = await self._pool.acquire()
         if self._generic_plans:
             try:
-                await conn.execute(Q["job_session_generic_plans"])
-                if self._lock_timeout_ms is not None:
-                    await conn.execute(Q["job_session_lock_timeout"], self._lock_timeout_ms)
+                await start_claim_session(conn, lock_timeout_ms=self._lock_timeout_ms)
             except BaseException:
                 conn.terminate()
                 with contextlib.suppress(Exception):
@@ -65,7 +63,7 @@ class PinnedConnection:
             conn.terminate()
         elif self._generic_plans:
             try:
-                await conn.execute(Q["job_session_default_plans"])
+                await end_claim_session(conn)
             except Exception:
                 # A connection that cannot take the setting back must not serve anyone else.
                 conn.terminate()

@@ -45,7 +45,8 @@ from typing import Any, Generic, TypeVar
 import asyncpg
 
 from paymanager.db.pool import Conn, Pool
-from paymanager.jobs._queries import Q
+from paymanager.jobs import _store as store
+from paymanager.jobs._outcomes import Completion
 from paymanager.jobs.context import JobContext
 from paymanager.jobs.errors import LeaseLostError
 from paymanager.logging import get_logger
@@ -70,9 +71,8 @@ async def hold_leases(conn: Conn, ctxs: Sequence[JobContext]) -> list[JobContext
     assert conn.is_in_transaction(), "hold_leases needs an open transaction on conn"
     if not ctxs:
         return []
-    rows = await conn.fetch(Q["job_hold_leases_many"], [c.id for c in ctxs], [c.lease_token for c in ctxs])
     # By (id, token): a worker may hold two attempts of one job, the first one's lease lost.
-    pairs = {(row["id"], row["lease_token"]) for row in rows}
+    pairs = await store.hold_leases(conn, [store.Lease(c.id, c.lease_token) for c in ctxs])
     held = []
     for ctx in ctxs:
         if (ctx.id, ctx.lease_token) in pairs:
@@ -92,11 +92,9 @@ async def complete_all_in(conn: Conn, ctxs: Sequence[JobContext]) -> None:
     # The worker's own batched completion; no `completed` events from the statement: the worker
     # publishes them for jobs completed in their transaction (`published_completion`), as for
     # `complete_in`.
-    rows = await conn.fetch(
-        Q["job_complete_many"], [c.id for c in ctxs], [c.lease_token for c in ctxs],
-        [c.result for c in ctxs], False,
-    )  # fmt: skip
-    done = {row["id"] for row in rows}
+    done = await store.complete_many(
+        conn, [Completion(c.id, c.lease_token, c.result) for c in ctxs], notify_completed=False
+    )
     lost = [ctx for ctx in ctxs if ctx.id not in done]
     for ctx in lost:
         ctx.lease_lost.set()

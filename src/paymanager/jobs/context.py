@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from paymanager.db.pool import Conn, Pool
-from paymanager.jobs._queries import Q
+from paymanager.jobs import _store as store
 from paymanager.jobs.errors import JobCancelledError, LeaseLostError
 
 SNOOZE_MS_MAX = 30 * 86_400_000
@@ -54,8 +54,10 @@ class JobContext:
         """Record progress (0-100) on the job and publish a `progress` event."""
         if not 0 <= pct <= 100:
             raise ValueError(f"progress must be within [0, 100], got {pct}")
-        found = await self._pool.fetchval(Q["job_progress_set"], self.id, self.lease_token, float(pct))
-        if found is None:
+        found = await store.set_progress(
+            self._pool, job_id=self.id, lease_token=self.lease_token, pct=float(pct)
+        )
+        if not found:
             self.lease_lost.set()
             raise LeaseLostError(self.id)
         await self._on_progress(self, pct)
@@ -78,8 +80,8 @@ class JobContext:
         """
         assert conn.is_in_transaction(), "complete_in needs an open transaction on conn"
         value = result if result is not None else self.result
-        done = await conn.fetchval(Q["job_complete_fenced"], self.id, self.lease_token, value)
-        if done is None:
+        done = await store.complete_fenced(conn, job_id=self.id, lease_token=self.lease_token, result=value)
+        if not done:
             self.lease_lost.set()
             raise LeaseLostError(self.id)
         self.result = value
@@ -95,8 +97,8 @@ class JobContext:
         doing any work; the check at the end is the one that fences.
         """
         async with self._pool.acquire() as conn, conn.transaction():
-            held = await conn.fetchval(Q["job_lease_check"], self.id, self.lease_token)
-            if held is None:
+            held = await store.lease_held(conn, job_id=self.id, lease_token=self.lease_token)
+            if not held:
                 self.lease_lost.set()
                 raise LeaseLostError(self.id)
             yield conn
@@ -104,5 +106,4 @@ class JobContext:
 
     async def children_results(self) -> dict[int, Any]:
         """A flow parent's children and their results, by child id."""
-        rows = await self._pool.fetch(Q["job_children_results"], self.id)
-        return {int(row["id"]): row["result"] for row in rows}
+        return await store.children_results(self._pool, parent_id=self.id)

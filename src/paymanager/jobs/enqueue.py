@@ -15,7 +15,7 @@ import asyncpg
 import orjson
 
 from paymanager.db.pool import Conn, Pool
-from paymanager.jobs._queries import Q
+from paymanager.jobs import _store as store
 from paymanager.jobs.backoff import Backoff
 from paymanager.jobs.errors import InvalidJobError, PayloadTooLargeError, QueueFullError
 from paymanager.jobs.options import ATTEMPTS_MAX, NAME_PATTERN, QUEUE_PATTERN
@@ -133,19 +133,23 @@ async def _insert(
     tries_left: int = 3,
 ) -> EnqueueResult:
     backoff_json = backoff.to_json() if backoff is not None else None
-    job_id = await conn.fetchval(
-        Q["job_insert"], queue, kind, payload, priority, run_at, delay_ms, max_attempts,
-        backoff_json, unique_key, timeout_ms, parent_id, state, pending_children, on_child_dead,
+    job_id = await store.insert(
+        conn,
+        store.InsertParams(
+            queue=queue, kind=kind, payload=payload, priority=priority, run_at=run_at, delay_ms=delay_ms,
+            max_attempts=max_attempts, backoff=backoff_json, unique_key=unique_key, timeout_ms=timeout_ms,
+            parent_id=parent_id, state=state, pending_children=pending_children, on_child_dead=on_child_dead,
+        ),
     )  # fmt: skip
     if job_id is not None:
-        return EnqueueResult(int(job_id), True)
+        return EnqueueResult(job_id, True)
     if unique_key is not None:
         # Either the key is held, or the queue is full. Read the holder in a fresh snapshot: a
         # holder committed while our insert waited on it is invisible to the insert's own snapshot.
-        holder = await conn.fetchval(Q["job_find_unfinished_by_key"], unique_key)
+        holder = await store.find_unfinished_by_key(conn, unique_key=unique_key)
         if holder is not None:
-            return EnqueueResult(int(holder), False)
-    if await conn.fetchval(Q["job_queue_is_full"], queue):
+            return EnqueueResult(holder, False)
+    if await store.queue_is_full(conn, queue=queue):
         raise QueueFullError(queue)
     # The holder finished between our two statements: the key is free now, so try again (bounded:
     # each try needs another job to take and release the key within a few milliseconds).
@@ -174,18 +178,17 @@ async def enqueue_many(
                 job.kind, job.queue, job.payload, job.priority, job.max_attempts, job.timeout_ms,
                 max_payload_bytes,
             )  # fmt: skip
-        rows = await conn.fetch(
-            Q["job_insert_many"],
-            [j.queue for j in chunk],
-            [j.kind for j in chunk],
-            [j.payload for j in chunk],
-            [j.priority for j in chunk],
-            [j.run_at for j in chunk],
-            [j.max_attempts for j in chunk],
-            [j.backoff.to_json() if j.backoff is not None else None for j in chunk],
-            [j.timeout_ms for j in chunk],
+        params = store.InsertManyParams(
+            queues=[j.queue for j in chunk],
+            kinds=[j.kind for j in chunk],
+            payloads=[j.payload for j in chunk],
+            priorities=[j.priority for j in chunk],
+            run_ats=[j.run_at for j in chunk],
+            max_attempts=[j.max_attempts for j in chunk],
+            backoffs=[j.backoff.to_json() if j.backoff is not None else None for j in chunk],
+            timeouts_ms=[j.timeout_ms for j in chunk],
         )
-        ids.extend(int(row["id"]) for row in rows)
+        ids.extend(await store.insert_many(conn, params))
     return ids
 
 

@@ -19,6 +19,24 @@ class LeaseLostError(JobError):
         super().__init__(f"job {job_id} is no longer held by this claim; its effects were rolled back")
 
 
+# The longest pause a RateLimitedError may ask for; a longer retry-after is cut to it.
+RATE_LIMITED_PAUSE_MS_MAX = 86_400_000
+
+
+class RateLimitedError(JobError):
+    """Raised by a handler when its partner refused for a while (an HTTP 429 and its Retry-After).
+
+    The job goes back to `available` without spending an attempt, keeping its place in the queue,
+    and no process starts a job of its queue for `retry_after_ms` (cut to RATE_LIMITED_PAUSE_MS_MAX).
+    """
+
+    def __init__(self, retry_after_ms: int, message: str = "") -> None:
+        if retry_after_ms < 0:
+            raise ValueError(f"retry_after_ms must be >= 0, got {retry_after_ms}")
+        self.retry_after_ms = min(int(retry_after_ms), RATE_LIMITED_PAUSE_MS_MAX)
+        super().__init__(message or f"rate limited; retry after {self.retry_after_ms} ms")
+
+
 class JobCancelledError(JobError):
     """Raised by a handler (or `ctx.raise_if_cancelled()`) once its job was cancelled."""
 

@@ -19,7 +19,8 @@ import orjson
 from paymanager.db.database import Database, listener_of
 from paymanager.db.listener import Subscription
 from paymanager.db.pool import Pool
-from paymanager.jobs._queries import CHANNEL_EVENTS, Q
+from paymanager.jobs._queries import CHANNEL_EVENTS
+from paymanager.jobs._store import publish_events
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.jobs.events")
@@ -131,7 +132,7 @@ class EventPublisher:
         for message in _messages(events):
             if notify:
                 try:
-                    await self._pool.execute(Q["job_events_publish"], CHANNEL_EVENTS, message)
+                    await publish_events(self._pool, channel=CHANNEL_EVENTS, message=message)
                 except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
                     log.warning("job events not published", error=str(exc), count=len(events))
             if self._redis is not None:

@@ -65,13 +65,16 @@ SELECT i.id FROM inserted AS i WHERE (SELECT count(*) FROM woken) >= 0
 -- Completes the jobs of the previous batch and claims the next one, in ONE statement and so one
 -- commit (commits, each a WAL flush, bound a durable queue's throughput).
 -- Completes jobs $5[i] still held under lease tokens $6[i] with results $7[i]; then claims, for
--- each queue $1[i], up to $2[i] available jobs (paused queues excluded) for owner $3, each with a
+-- each queue $1[i], up to $2[i] available jobs for owner $3, each with a
 -- fresh lease token and a lease of $4 ms. Returns claimed rows (`claimed` true) and the ids of the
--- completed ones (`claimed` false). `id = ANY(ARRAY(...))` makes the planner update by primary key;
+-- completed ones (`claimed` false). A queue that is paused, or has a limit (a rate, a global
+-- concurrency, a pause asked by a handler), is not claimed here but by job_claim_limited: the row
+-- read is the same one a paused queue needs, so a queue without limits pays nothing more.
+-- `id = ANY(ARRAY(...))` makes the planner update by primary key;
 -- a join on the CTE let it hash-join a scan of the whole table. A completion matches on id and lease
 -- token only: a token is held by a running job alone (CHECK job_lease_iff_running), and with
 -- `state = 'running'` in the condition the generic plan AND-ed a bitmap of the whole running-lease
--- index into each row's primary-key probe (a quarter of the database's CPU in a profile).
+-- index into each row's primary-key probe (docs/BENCHMARKS.md, "Figures behind the job engine's code").
 WITH done AS (
     UPDATE job
        SET state = 'completed', finalized_at = now(), result = r.result,
@@ -90,7 +93,8 @@ WITH done AS (
     SELECT w.queue, w.wanted
       FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
      WHERE w.wanted > 0
-       AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = w.queue AND q.paused)
+       AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = w.queue AND (q.paused OR q.rate_max IS NOT NULL
+                       OR q.concurrency_max IS NOT NULL OR q.rate_paused_until > now()))
 ), locked AS (
     SELECT picked.id
       FROM wanted
@@ -113,8 +117,7 @@ WITH done AS (
     -- waiting for the WAL flush. A claim lost in a crash of the server leaves its jobs available,
     -- as a worker's crash does; every completion stays durable, and flushes this claim with it.
     -- Set from the RETURNING list, before the commit that reads it, only when a job was claimed
-    -- (a claim of nothing writes nothing to flush): 0.02-0.03 ms less than a CTE that every
-    -- claim's plan had to run (docs/BENCHMARKS.md).
+    -- (a claim of nothing writes nothing to flush), not by a CTE that every claim's plan would run.
     RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.attempt, job.max_attempts,
               job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
               CASE WHEN $9::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick
@@ -129,8 +132,8 @@ SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 
 
 -- name: job_claim
 -- job_claim_batch with nothing to complete: an idle worker's claim, on the enqueue-to-start path.
--- The same claim without the completion, event and UNION parts, whose setup and execution cost
--- 0.08-0.11 ms of each one-job claim (docs/BENCHMARKS.md, "Enqueue-to-start latency"). $1 queues,
+-- The same claim without the completion, event and UNION parts, whose setup and execution weigh on
+-- each one-job claim (docs/BENCHMARKS.md, "Figures behind the job engine's code"). $1 queues,
 -- $2 wanted per queue, $3 owner, $4 lease ms, $5 quick (commit without waiting for the flush, set
 -- from the RETURNING list as in job_claim_batch).
 -- Its `wanted`, `locked` and update parts are job_claim_batch's: change both together
@@ -139,7 +142,8 @@ WITH wanted AS (
     SELECT w.queue, w.wanted
       FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
      WHERE w.wanted > 0
-       AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = w.queue AND q.paused)
+       AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = w.queue AND (q.paused OR q.rate_max IS NOT NULL
+                       OR q.concurrency_max IS NOT NULL OR q.rate_paused_until > now()))
 ), locked AS (
     SELECT picked.id
       FROM wanted
@@ -164,8 +168,8 @@ RETURNING true AS claimed, job.id, job.queue, job.kind, job.payload, job.priorit
 
 -- name: job_claim_queue
 -- job_claim for one queue ($1): an idle worker's claim when one queue may have work (a NOTIFY names
--- one), without the unnest and lateral join that serve several: 0.035-0.045 ms less per claim
--- (docs/BENCHMARKS.md). $2 wanted, $3 owner, $4 lease ms, $5 quick. The same claim as job_claim and
+-- one), without the unnest and lateral join that serve several (docs/BENCHMARKS.md, "Figures behind the job engine's code").
+-- $2 wanted, $3 owner, $4 lease ms, $5 quick. The same claim as job_claim and
 -- job_claim_batch: change them together (test_the_idle_claims_and_the_batch_claim_take_the_same_jobs).
 UPDATE job
    SET state = 'running',
@@ -177,7 +181,8 @@ UPDATE job
  WHERE job.id = ANY (ARRAY(
         SELECT j.id FROM job j
          WHERE j.state = 'available' AND j.queue = $1
-           AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = $1 AND q.paused)
+           AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = $1 AND (q.paused OR q.rate_max IS NOT NULL
+                           OR q.concurrency_max IS NOT NULL OR q.rate_paused_until > now()))
          ORDER BY j.priority, j.run_at, j.id
          LIMIT $2
            FOR UPDATE SKIP LOCKED))
@@ -473,7 +478,57 @@ INSERT INTO job_queue (name, max_depth) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET max_depth = EXCLUDED.max_depth, updated_at = now()
 
 -- name: job_queue_list
-SELECT name, paused, max_depth FROM job_queue ORDER BY name
+SELECT name, paused, max_depth, rate_max, rate_window_ms, concurrency_max,
+       CASE WHEN rate_paused_until > now() THEN rate_paused_until END AS rate_paused_until
+  FROM job_queue ORDER BY name
+
+-- name: job_claim_limited
+-- The claim of a queue with limits (migration 0110 says how): $1 queue, $2 wanted, $3 owner, $4
+-- lease ms, $5 quick commit. Rows as job_claim's, and a row with `claimed` false carrying
+-- retry_after_ms when the queue may start nothing more before then.
+SELECT * FROM job_claim_limited($1, $2, $3, $4, $5)
+
+-- name: job_queue_limits
+-- The limits of queues $1 that have any: a rate, a global concurrency, or a pause still running
+-- (paused_ms, from the server's clock).
+SELECT name, rate_max, rate_window_ms, concurrency_max,
+       CASE WHEN rate_paused_until > now()
+            THEN ceil(extract(epoch FROM rate_paused_until - now()) * 1000)::bigint END AS paused_ms
+  FROM job_queue
+ WHERE name = ANY ($1::text[])
+   AND (rate_max IS NOT NULL OR concurrency_max IS NOT NULL OR rate_paused_until > now())
+
+-- name: job_queue_set_rate_limit
+-- At most $2 jobs of queue $1 started per window of $3 ms ($2 NULL: no rate limit); the count
+-- starts again. Tells the workers (pm_job_queue), which claim the queue by the limited path.
+INSERT INTO job_queue (name, rate_max, rate_window_ms) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE
+   SET rate_max = EXCLUDED.rate_max, rate_window_ms = EXCLUDED.rate_window_ms,
+       rate_window = NULL, rate_count = 0, updated_at = now()
+RETURNING name, pg_notify('pm_job_queue', name)
+
+-- name: job_queue_set_concurrency
+-- At most $2 jobs of queue $1 running at once over every process ($2 NULL: no such limit).
+INSERT INTO job_queue (name, concurrency_max) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET concurrency_max = EXCLUDED.concurrency_max, updated_at = now()
+RETURNING name, pg_notify('pm_job_queue', name)
+
+-- name: job_queue_pause_for
+-- No job of queue $1 starts for the next $2 ms (a handler's RateLimitedError); a longer pause
+-- already running is kept. Returns how long the queue is paused from now.
+INSERT INTO job_queue (name, rate_paused_until) VALUES ($1, now() + make_interval(secs => $2::bigint / 1000.0))
+ON CONFLICT (name) DO UPDATE
+   SET rate_paused_until = greatest(job_queue.rate_paused_until, EXCLUDED.rate_paused_until),
+       updated_at = now()
+RETURNING ceil(extract(epoch FROM rate_paused_until - now()) * 1000)::bigint AS paused_ms,
+          pg_notify('pm_job_queue', name)
+
+-- name: job_queue_wake
+-- Wakes the workers of queues $1 (a job of a queue with a global concurrency finished: a slot is free).
+-- Commits without waiting for its WAL flush: a wake lost in a crash of the server is covered by the
+-- workers' poll, and nothing durable depends on it.
+SELECT pg_notify('pm_job_available', q), set_config('synchronous_commit', 'off', true)
+  FROM unnest($1::text[]) AS q
 
 -- name: job_stats
 SELECT queue, state, count(*) AS n FROM job GROUP BY queue, state ORDER BY queue, state
@@ -501,12 +556,12 @@ SELECT 1
 -- For the worker's pinned connections (claims and completions) and its LISTEN connection (an idle
 -- worker's claims), which run the same few statements
 -- thousands of times a second: with small batches (an idle worker's one-job claims) PostgreSQL kept
--- choosing custom plans and planned the claim statement again on every call, 36% of its backend's
--- CPU and about 0.4 ms of each claim in a profile. The generic plans are the good ones (an index scan
--- of the available jobs, updates by primary key; see docs/BENCHMARKS.md). A generic plan is made
+-- choosing custom plans and planned the claim statement again on every call, a large share of its
+-- backend's CPU. The generic plans are the good ones (an index scan of the available jobs, updates
+-- by primary key; docs/BENCHMARKS.md, "Figures behind the job engine's code"). A generic plan is made
 -- once, with the table's statistics of that moment: made while the table is small (a new
 -- deployment, a quiet hour after pruning) it scans the whole table or a bitmap for `id = ANY(...)`,
--- and keeps doing so as the table grows, 0.03-0.15 ms of each one-job claim. Sequential and bitmap
+-- and keeps doing so as the table grows, on every claim. Sequential and bitmap
 -- scans are turned off for these sessions so that every plan goes by index, whatever the table's
 -- size when it was made (each of their statements reads rows by primary key or by a partial index).
 -- job_session_default_plans undoes it all before the connection goes back to the pool (whose reset

@@ -20,12 +20,13 @@ import asyncpg
 
 from paymanager.db.database import Database, over_pool
 from paymanager.db.pool import Pool
-from paymanager.jobs._queries import Q
+from paymanager.jobs._store import finished_queues, leader_try_lock, ping, promote_due, vacuum
 from paymanager.jobs.events import DeadHook, DeadJob, EventPublisher, JobEvent
 from paymanager.jobs.options import MaintenanceOptions
 from paymanager.jobs.periodic import enqueue_due
 from paymanager.jobs.pruner import prune_queue
 from paymanager.jobs.rescuer import rescue_expired
+from paymanager.jobs.states import JobState
 from paymanager.logging import get_logger
 
 # The longest a stop waits for the duty in progress before cancelling it.
@@ -101,7 +102,7 @@ class Maintenance:
     async def _elect(self) -> bool:
         if self._lock_conn is None or self._lock_conn.is_closed():
             self._lock_conn = await self._database.connect(application_name="paymanager:job-leader")
-        if await self._lock_conn.fetchval(Q["job_leader_try_lock"], LEADER_LOCK_KEY):
+        if await leader_try_lock(self._lock_conn, key=LEADER_LOCK_KEY):
             self.is_leader = True
             log.info("job maintenance leader elected")
         return self.is_leader
@@ -129,7 +130,7 @@ class Maintenance:
             duties.append(("vacuum", options.vacuum_interval_ms, self.vacuum))
         tick_s = min(interval for _, interval, _ in duties) / 1000
         while not self._stopping.is_set():
-            await self._lock_conn.fetchval(Q["job_listener_ping"])
+            await ping(self._lock_conn)
             for name, interval_ms, duty in duties:
                 if time.monotonic() >= self._next_run.get(name, 0.0):
                     self._next_run[name] = time.monotonic() + interval_ms / 1000
@@ -156,30 +157,28 @@ class Maintenance:
         if not rows:
             return
         log.warning("jobs rescued from expired leases", count=len(rows))
-        events = [JobEvent("stalled", r["id"], r["kind"], r["queue"], r["attempt"]) for r in rows]
-        dead = [r for r in rows if r["state"] == "dead"]
-        events += [
-            JobEvent("dead", r["id"], r["kind"], r["queue"], r["attempt"], error="stalled") for r in dead
-        ]
+        events = [JobEvent("stalled", r.id, r.kind, r.queue, r.attempt) for r in rows]
+        dead = [r for r in rows if r.state is JobState.DEAD]
+        events += [JobEvent("dead", r.id, r.kind, r.queue, r.attempt, error="stalled") for r in dead]
         await self._events.publish(events)
         for row in dead:
             if self._on_dead is not None:
                 try:
-                    await self._on_dead(DeadJob(row["id"], row["kind"], row["queue"], row["last_error"]))
+                    await self._on_dead(DeadJob(row.id, row.kind, row.queue, row.last_error))
                 except Exception as exc:  # the hook is the caller's code
-                    log.error("on-dead hook failed", job_id=row["id"], error=repr(exc))
+                    log.error("on-dead hook failed", job_id=row.id, error=repr(exc))
 
     async def promote(self) -> None:
-        await self._pool.fetch(Q["job_promote_due"], self._now(), self._options.promote_batch_max)
+        await promote_due(self._pool, now=self._now(), batch_max=self._options.promote_batch_max)
 
     async def prune(self) -> None:
         now = self._clock() if self._clock is not None else system_clock()
         total = 0
         async with self._pool.acquire() as conn:
-            for row in await conn.fetch(Q["job_finished_queues"]):
-                retention = self._options.retention_for(row["queue"])
+            for queue in await finished_queues(conn):
+                retention = self._options.retention_for(queue)
                 total += await prune_queue(
-                    conn, row["queue"], retention, now=now, batch_max=self._options.prune_batch_max
+                    conn, queue, retention, now=now, batch_max=self._options.prune_batch_max
                 )
         if total:
             log.info("finished jobs pruned", count=total)
@@ -187,7 +186,7 @@ class Maintenance:
     async def vacuum(self) -> None:
         # A plain VACUUM takes no lock that blocks workers; a statement timeout may cut it short on
         # a huge table, and the next run (or autovacuum) continues.
-        await self._pool.execute(Q["job_vacuum"])
+        await vacuum(self._pool)
 
     async def periodic(self) -> None:
         if self._options.periodic:

@@ -19,6 +19,10 @@ ATTEMPTS_MAX = 1_000
 PAYLOAD_BYTES_MAX = 16 * 1024 * 1024
 RESCUE_BATCH_MAX = 10_000
 PRUNE_BATCH_MAX = 100_000
+# Queue limits (the job_queue table's CHECK constraints say the same, migration 0110).
+RATE_MAX_MAX = 1_000_000
+RATE_WINDOW_MS_MAX = 86_400_000
+GLOBAL_CONCURRENCY_MAX = 100_000
 # Job kinds and queue names (the database's domains job_kind_name and job_queue_name say the same).
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 QUEUE_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -64,8 +68,9 @@ class WorkerOptions:
     # The first claim after a quiet spell starts at once, and so does a claim after one that filled
     # its slots (a backlog drains at full speed). 0: every notification claims at once.
     claim_cooldown_ms: int = 0
-    # A claim that completes nothing commits without waiting for its WAL flush (about half of an
-    # idle worker's enqueue-to-start latency); see docs/ARCHITECTURE.md, "Claims commit quickly".
+    # A claim that completes nothing commits without waiting for its WAL flush (the flush is a large
+    # part of an idle worker's enqueue-to-start latency); see docs/ARCHITECTURE.md, "Claims commit
+    # quickly".
     quick_claim_commit: bool = True
     # The longest a claim waits on a lock (PostgreSQL's lock_timeout on the claim sessions). Claims
     # skip locked jobs, so they wait only behind DDL (a migration's ALTER TABLE or LOCK): past this

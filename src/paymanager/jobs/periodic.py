@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from croniter import croniter
 
 from paymanager.db.pool import Pool
-from paymanager.jobs._queries import Q
+from paymanager.jobs import _store as store
 from paymanager.jobs.enqueue import enqueue
 from paymanager.jobs.errors import EnqueueError
 from paymanager.jobs.options import PeriodicJob
@@ -53,9 +53,9 @@ async def enqueue_due(pool: Pool, jobs: tuple[PeriodicJob, ...], now: datetime) 
 
 async def _enqueue_slot(pool: Pool, job: PeriodicJob, slot: datetime) -> int | None:
     async with pool.acquire() as conn, conn.transaction():
-        if await conn.fetchval(Q["job_periodic_init"], job.name, slot) is not None:
+        if await store.periodic_init(conn, name=job.name, slot=slot):
             return None
-        if await conn.fetchval(Q["job_periodic_claim_slot"], job.name, slot) is None:
+        if not await store.periodic_claim_slot(conn, name=job.name, slot=slot):
             return None
         payload = {**job.payload, "slot": slot.isoformat()}
         # One unfinished run per schedule: while a run waits (its queue has no worker right now) or

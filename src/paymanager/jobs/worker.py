@@ -1,9 +1,13 @@
 """The worker: one asyncio loop per process serving several queues, each with its own concurrency.
 
+Split by duty: this module is the producer (the fetch loop and the claims, and the slots they
+fill); `_executor.py` runs a claimed job (timeouts, cancellation, what its handler's end means);
+`_leases.py` holds the attempts (heartbeats, the release at a stop); `_completer.py` writes the
+outcomes in batches; `_limits.py` knows which queues have cluster-wide limits. The Worker wires them.
+
 The fetch loop claims, in ONE statement, as many jobs as there are free slots over all queues that
 may have work (a NOTIFY or a poll says so); each job runs in its own task (an idle worker's claim
-runs its first job in the claim's task); outcomes are written in batches by the completer
-(`_completer.py`); a heartbeat extends every held lease in one statement.
+runs its first job in the claim's task); a heartbeat extends every held lease in one statement.
 """
 
 from __future__ import annotations
@@ -11,53 +15,43 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 
 from paymanager.db.database import Database, over_pool
 from paymanager.db.pool import Pool
 from paymanager.jobs._completer import Completer
+from paymanager.jobs._executor import JobExecutor
+from paymanager.jobs._leases import Held, Leases
+from paymanager.jobs._limits import LimitedQueues
 from paymanager.jobs._listener import Listener
-from paymanager.jobs._outcomes import Completion, Failure, decide_failure, snooze
+from paymanager.jobs._outcomes import Completion, Failure
 from paymanager.jobs._pinned import PinnedConnection
-from paymanager.jobs._queries import CHANNEL_AVAILABLE, CHANNEL_CANCEL, Q
-from paymanager.jobs.backoff import backoff_from_json
-from paymanager.jobs.context import JobContext, SnoozeRequest
-from paymanager.jobs.errors import LeaseLostError, PermanentError
+from paymanager.jobs._queries import CHANNEL_AVAILABLE, CHANNEL_CANCEL, CHANNEL_QUEUE
+from paymanager.jobs._store import (
+    Claimed,
+    ClaimParams,
+    Job,
+    JsonObject,
+    claim,
+    promote_due,
+)
+from paymanager.jobs.context import JobContext
 from paymanager.jobs.events import DeadHook, EventPublisher, JobEvent
 from paymanager.jobs.options import CONCURRENCY_MAX, WorkerOptions
-from paymanager.jobs.registry import HandlerSpec, Registry
+from paymanager.jobs.registry import Registry
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.jobs.worker")
 
 # While this many outcomes wait to be written, the worker claims no more (back-pressure).
 PENDING_OUTCOMES_MAX = 5_000
-# How often handler timeouts are checked: one timer for all jobs instead of one per job, so a timeout
-# fires up to this late.
-WATCHDOG_INTERVAL_S = 0.1
 CLAIM_RETRY_DELAY_S = 0.5
-# How long a stop keeps trying to give back a job whose row another transaction holds, and how often.
-RELEASE_WAIT_S = 1.0
-RELEASE_RETRY_S = 0.1
 DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 
-@dataclass(eq=False, slots=True)
-class _Held:
-    ctx: JobContext
-    # Monotonic time past which the handler is cancelled as timed out (see `_watchdog_loop`).
-    deadline: float
-    task: asyncio.Task[None] | None = None
-    timed_out: bool = False
-
-
 # A claimed job, held but not started: its context, its hold and its backoff (as stored).
-_Claimed = tuple[JobContext, _Held, dict[str, Any] | None]
+_Claimed = tuple[JobContext, Held, JsonObject | None]
 
 
 class Worker:
@@ -93,19 +87,18 @@ class Worker:
             )
         self._limits = dict(queues)
         self._free = dict(queues)
+        # Queues with cluster-wide limits are claimed apart (`_launch_limited_claims`); `plain` is
+        # the rest, the queues the plain claims serve.
+        self._limited = LimitedQueues(pool, list(queues), self._limits_changed)
+        self._limited_claims: dict[str, asyncio.Task[None]] = {}
         self._maybe_work = dict.fromkeys(queues, True)
         self._notified = dict.fromkeys(queues, 0)
-        # Attempts running or waiting for their outcome's write, by lease token: one job may have two
-        # here, an attempt whose lease was lost (rescued while it ran) and the attempt that claimed
-        # the job again; each keeps its own slot, heartbeat and timeout until it ends.
-        self._held: dict[uuid.UUID, _Held] = {}
         self._wake = asyncio.Event()
         self._stopping = False
         self._last_claim_at = -1e9  # monotonic seconds at the start of the last claim (cooldown)
         self._cooldown_timer: asyncio.TimerHandle | None = None
         self._last_claim_filled = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._threads = ThreadPoolExecutor(self._options.sync_threads, thread_name_prefix="job-sync")
         self.events = EventPublisher(
             pool, self._options.redis_url, notify_completed=self._options.notify_completed_events
         )
@@ -124,9 +117,28 @@ class Worker:
             self._requeued,
             on_dead,
         )
+        self._leases = Leases(
+            pool, lease_ms=self._options.lease_ms, outcome_pending=self._completer.is_pending
+        )
+        # The attempts held (Leases.held), read and changed by every duty of the worker.
+        self._held = self._leases.held
+        self._executor = JobExecutor(
+            registry,
+            self._options,
+            self._leases,
+            self._completer,
+            self._limited,
+            settle=self._settle,
+            forget=self._forget,
+            stopping=lambda: self._stopping,
+        )
         self._listener = Listener(
             over_pool(pool, database),
-            {CHANNEL_AVAILABLE: self._on_available, CHANNEL_CANCEL: self._on_cancel},
+            {
+                CHANNEL_AVAILABLE: self._on_available,
+                CHANNEL_CANCEL: self._on_cancel,
+                CHANNEL_QUEUE: self._on_queue_settings,
+            },
             self._on_reconnect,
             self._options.listener_check_interval_ms / 1000,
             lock_timeout_ms=lock_timeout_ms,
@@ -137,17 +149,24 @@ class Worker:
         return self._listener
 
     @property
+    def limited_queues(self) -> LimitedQueues:
+        return self._limited
+
+    @property
     def running_count(self) -> int:
         return len(self._held)
 
     async def start(self) -> None:
         await self.events.start()
         await self._listener.start()
+        await self._limited.load()
         self._tasks = [
             asyncio.create_task(self._fetch_loop(), name="job-fetch"),
-            asyncio.create_task(self._heartbeat_loop(), name="job-heartbeat"),
+            asyncio.create_task(
+                self._leases.run_heartbeats(self._options.heartbeat_interval_ms / 1000), name="job-heartbeat"
+            ),
             asyncio.create_task(self._completer.run(), name="job-completer"),
-            asyncio.create_task(self._watchdog_loop(), name="job-watchdog"),
+            asyncio.create_task(self._executor.run_watchdog(), name="job-watchdog"),
         ]
         log.info("job worker started", queues=self._limits, owner=self._options.owner)
 
@@ -185,16 +204,17 @@ class Worker:
             await asyncio.gather(heartbeat, return_exceptions=True)
         # What is still held now has no outcome to write (drain wrote them all): the jobs cut off
         # above, and any whose task ended without one. Give every one back.
-        await self._release([h.ctx for h in self._held.values()])
+        await self._leases.release([h.ctx for h in self._held.values()])
         for task in self._tasks[1:]:
             task.cancel()
         await asyncio.gather(*self._tasks[1:], return_exceptions=True)
         for conn in self._all_conns:
             await conn.close()
         await self._completer.close()
+        await self._limited.close()
         await self._listener.stop()
         await self.events.close()
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown()
         log.info("job worker stopped", released=len(unfinished))
 
     # --- notifications -----------------------------------------------------------------------------
@@ -212,15 +232,23 @@ class Worker:
 
     def _on_cancel(self, payload: str) -> None:
         with contextlib.suppress(ValueError):
-            job_id = int(payload)
-            for held in self._held.values():
-                if held.ctx.id == job_id:
-                    held.ctx.cancelled.set()
+            self._leases.on_cancel(int(payload))
 
     def _on_reconnect(self) -> None:
         # Notifications sent while the listener was down are lost: look at every queue once.
         for queue in self._limits:
             self._maybe_work[queue] = True
+        self._limited.request_load()
+        self._wake.set()
+
+    def _on_queue_settings(self, queue: str) -> None:
+        if queue in self._limits:
+            self._limited.request_load()
+
+    def _limits_changed(self, queue: str) -> None:
+        """`queue` moved between the plain and the limited claims, or its block ended: look at it."""
+        self._maybe_work[queue] = True
+        self._notified[queue] += 1
         self._wake.set()
 
     # --- claiming ----------------------------------------------------------------------------------
@@ -236,6 +264,8 @@ class Worker:
                 await self._poll_tick()
                 next_poll = time.monotonic() + poll_s
             self._wake.clear()
+            if self._limited.limits:
+                self._launch_limited_claims()
             if self._launch_claim():
                 continue
             # asyncio.timeout, not wait_for: wait_for wraps the wait in a new task on every wake-up
@@ -243,17 +273,25 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, next_poll - time.monotonic())):
                     await self._wake.wait()
-        if self._claims:
-            await asyncio.gather(*self._claims, return_exceptions=True)
+        if self._claims or self._limited_claims:
+            await asyncio.gather(*self._claims, *self._limited_claims.values(), return_exceptions=True)
 
     async def _poll_tick(self) -> None:
         """The fallback: promote due jobs and look at every queue, as if notified."""
         for queue in self._limits:
             self._maybe_work[queue] = True
         try:
-            await self._pool.fetch(Q["job_promote_due"], None, self._options.promote_batch_max)
+            await promote_due(self._pool, now=None, batch_max=self._options.promote_batch_max)
         except DB_ERRORS as exc:
             log.warning("promoting due jobs failed", error=str(exc))
+        if not self._limited.limits:
+            # A limit set later reaches this worker by its NOTIFY (and a reconnect's load).
+            return
+        try:
+            # A pause asked by a handler may have ended: its queue goes back to the plain claims.
+            await self._limited.load()
+        except DB_ERRORS as exc:
+            log.warning("loading queue limits failed", error=str(exc))
 
     def _launch_claim(self, *, on_listener: bool = False) -> bool:
         """Start one claim if a connection is idle and a claim is worth a round trip (and, with a
@@ -317,7 +355,7 @@ class Worker:
             self._free[q] > 0
             and self._maybe_work[q]
             and (in_flight == 0 or self._free[q] * pipeline >= self._limits[q])
-            for q in self._limits
+            for q in self._limited.plain
         )
 
     def _reserve(self) -> tuple[list[str], list[int]]:
@@ -326,7 +364,7 @@ class Worker:
         wanted: list[int] = []
         budget = self._options.claim_batch_max
         pipeline = self._options.claim_pipeline
-        for queue in self._limits:
+        for queue in self._limited.plain:
             # A share of the queue's slots per claim, so the next claim can be in flight meanwhile.
             share = -(-self._limits[queue] // pipeline)
             n = min(self._free[queue], share, budget)
@@ -337,6 +375,59 @@ class Worker:
                 budget -= n
         return queues, wanted
 
+    def _launch_limited_claims(self) -> None:
+        """Start a claim for each limited queue that may have work, has free slots and is not
+        blocked, one claim in flight per queue: their claims are serialised in the database anyway."""
+        if self._stopping or self._completer.pending > PENDING_OUTCOMES_MAX:
+            return
+        for queue in self._limited.limits:
+            if (
+                queue in self._limited_claims
+                or self._free[queue] <= 0
+                or not self._maybe_work[queue]
+                or self._limited.is_blocked(queue)
+            ):
+                continue
+            wanted = min(self._free[queue], self._options.claim_batch_max)
+            self._free[queue] -= wanted
+            task = asyncio.create_task(self._claim_limited(queue, wanted))
+            self._limited_claims[queue] = task
+            task.add_done_callback(self._limited_claim_done)
+
+    def _limited_claim_done(self, task: asyncio.Task[None]) -> None:
+        for queue, in_flight in list(self._limited_claims.items()):
+            if in_flight is task:
+                del self._limited_claims[queue]
+        self._wake.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("job claim crashed", error=repr(task.exception()))
+
+    async def _claim_limited(self, queue: str, wanted: int) -> None:
+        """Claim up to `wanted` jobs of a limited queue within its limits (job_claim_limited)."""
+        seen = self._notified[queue]
+        try:
+            claim = await self._limited.claim(
+                queue, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit
+            )
+        except BaseException as exc:
+            self._free[queue] += wanted
+            if not isinstance(exc, DB_ERRORS):
+                raise
+            log.warning("job claim failed", queue=queue, error=str(exc))
+            self._limited.block(queue, int(CLAIM_RETRY_DELAY_S * 1000))
+            return
+        got = len(claim.jobs)
+        self._free[queue] += wanted - got
+        if claim.retry_after_ms is not None:
+            # The window is spent (or a pause runs): sleep until it opens, no claim meanwhile.
+            self._limited.block(queue, claim.retry_after_ms)
+        elif got < wanted and self._notified[queue] == seen:
+            # No more jobs, or the queue's global concurrency is reached: a NOTIFY wakes it.
+            self._maybe_work[queue] = False
+        for job in claim.jobs:
+            self._executor.start(*self._hold(job))
+        self._wake.set()
+
     def _give_back(self, conn: PinnedConnection | Listener) -> None:
         if isinstance(conn, PinnedConnection):
             self._idle_conns.append(conn)
@@ -345,25 +436,12 @@ class Worker:
         """Claim into the reserved slots, writing pending completions in the same statement."""
         seen = {q: self._notified[q] for q in queues}
         batch = self._completer.take_completions()
+        params = ClaimParams(
+            queues, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit,
+            [c for _, c in batch], self.events.notify_completed,
+        )  # fmt: skip
         try:
-            if batch:
-                rows = await conn.fetch(
-                    Q["job_claim_batch"], queues, wanted, self._options.owner, self._options.lease_ms,
-                    [c.id for _, c in batch], [c.token for _, c in batch], [c.result for _, c in batch],
-                    self.events.notify_completed, False,
-                )  # fmt: skip
-            elif len(queues) == 1:
-                # The idle worker's claim (nothing to complete) from one queue: the leanest statement.
-                rows = await conn.fetch(
-                    Q["job_claim_queue"], queues[0], wanted[0], self._options.owner, self._options.lease_ms,
-                    self._options.quick_claim_commit,
-                )  # fmt: skip
-            else:
-                # The idle worker's claim from several queues: the lean statement, quick commit.
-                rows = await conn.fetch(
-                    Q["job_claim"], queues, wanted, self._options.owner, self._options.lease_ms,
-                    self._options.quick_claim_commit,
-                )  # fmt: skip
+            claimed = await claim(conn, params)
         except BaseException as exc:
             self._completer.put_back(batch)
             for queue, n in zip(queues, wanted, strict=True):
@@ -377,15 +455,15 @@ class Worker:
             self._wake.set()
             return
         self._give_back(conn)
-        starts, done = self._claimed(rows, queues, wanted, seen)
+        starts, done = self._claimed(claimed, queues, wanted, seen)
         # An idle worker's claim (nothing completed with it) runs its first job in its own task: a
-        # new task would cost the enqueue-to-start path a task and a loop turn (docs/BENCHMARKS.md).
+        # new task would cost the enqueue-to-start path a task and a loop turn.
         # From then on the task is that job's, no longer a claim in flight (a stopping worker's
         # fetch loop waits for its claims: then every job gets its own task).
         task = asyncio.current_task()
         inline = bool(starts) and not batch and not self._stopping and task in self._claims
         for start in starts[1:] if inline else starts:
-            self._start(*start)
+            self._executor.start(*start)
         if batch:
             await self._completer.settled(batch, done)
         if inline:
@@ -393,22 +471,18 @@ class Worker:
             self._claims.discard(task)
             ctx, held, backoff = starts[0]
             held.task = task
-            await self._run(ctx, held, backoff)
+            await self._executor.run(ctx, held, backoff)
 
     def _claimed(
-        self, rows: list[asyncpg.Record], queues: list[str], wanted: list[int], seen: dict[str, int]
+        self, claimed: Claimed, queues: list[str], wanted: list[int], seen: dict[str, int]
     ) -> tuple[list[_Claimed], set[int]]:
         """Record what the claim got: the claimed jobs, held but not started, and the ids the
         statement completed."""
         got: dict[str, int] = dict.fromkeys(queues, 0)
-        done: set[int] = set()
         starts: list[_Claimed] = []
-        for row in rows:
-            if row["claimed"]:
-                got[row["queue"]] += 1
-                starts.append(self._hold(row))
-            else:
-                done.add(row["id"])
+        for job in claimed.jobs:
+            got[job.queue] += 1
+            starts.append(self._hold(job))
         # A claim that filled its slots met a backlog: the next one need not wait for the cooldown.
         self._last_claim_filled = any(got[q] >= n for q, n in zip(queues, wanted, strict=True))
         for queue, n in zip(queues, wanted, strict=True):
@@ -417,95 +491,30 @@ class Worker:
             if got[queue] < n and self._notified[queue] == seen[queue]:
                 self._maybe_work[queue] = False
         self._wake.set()
-        return starts, done
+        return starts, claimed.completed
 
-    def _hold(self, row: asyncpg.Record) -> _Claimed:
+    def _hold(self, job: Job) -> _Claimed:
         """The claimed job's context, held (its slot taken, its timeout running); not started yet."""
-        spec = self._registry.get(row["kind"])
-        max_attempts = row["max_attempts"] or (spec.max_attempts if spec else None)
+        spec = self._registry.get(job.kind)
+        max_attempts = job.max_attempts or (spec.max_attempts if spec else None)
         ctx = JobContext(
-            id=row["id"],
-            kind=row["kind"],
-            queue=row["queue"],
-            payload=row["payload"],
-            attempt=row["attempt"],
+            id=job.id,
+            kind=job.kind,
+            queue=job.queue,
+            payload=job.payload,
+            attempt=job.attempt,
             max_attempts=max_attempts or self._options.default_max_attempts,
-            priority=row["priority"],
-            parent_id=row["parent_id"],
-            lease_token=row["lease_token"],
+            priority=job.priority,
+            parent_id=job.parent_id,
+            lease_token=job.lease_token,
             _pool=self._pool,
             _on_progress=self._on_progress,
         )
-        if row["cancel_requested"]:
+        if job.cancel_requested:
             ctx.cancelled.set()
-        timeout_ms = (
-            row["timeout_ms"] or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms
-        )
-        held = _Held(ctx, time.monotonic() + timeout_ms / 1000)
-        self._held[ctx.lease_token] = held
-        return ctx, held, row["backoff"]
-
-    def _start(self, ctx: JobContext, held: _Held, backoff: dict[str, Any] | None) -> None:
-        held.task = asyncio.create_task(self._run(ctx, held, backoff))
-
-    # --- running -----------------------------------------------------------------------------------
-
-    async def _run(self, ctx: JobContext, held: _Held, backoff: dict[str, Any] | None) -> None:
-        spec = self._registry.get(ctx.kind)
-        try:
-            try:
-                value = await self._call(ctx, spec)
-            except asyncio.CancelledError:
-                if held.timed_out:
-                    raise TimeoutError(f"job {ctx.id} ran past its timeout") from None
-                task = asyncio.current_task()
-                if self._stopping or (task is not None and task.cancelling()):
-                    raise
-                # Not a cancel of this job's task: the handler let out the CancelledError of
-                # something it awaited (a future or a task cancelled elsewhere). Left to end the
-                # task, it would leave the job held, its lease extended by every heartbeat.
-                raise RuntimeError("the handler raised CancelledError; its job was not cancelled") from None
-        except SnoozeRequest as request:
-            self._settle(ctx, snooze(ctx.id, ctx.lease_token, request.delay_ms))
-        except LeaseLostError:
-            log.warning("job lease lost; its effects were not committed", job_id=ctx.id, kind=ctx.kind)
-            self._forget([ctx])
-        except asyncio.CancelledError:
-            # Shutdown past its timeout: `stop` gives the lease back; nothing is written here.
-            if not self._stopping:
-                raise
-        except Exception as exc:  # a handler's exception never crashes the worker
-            chosen = backoff_from_json(backoff) if backoff else (spec.backoff if spec else None)
-            failure = decide_failure(
-                ctx.id, ctx.lease_token, exc, attempt=ctx.attempt, max_attempts=ctx.max_attempts,
-                backoff=chosen or self._options.default_backoff, cancel_requested=ctx.cancelled.is_set(),
-            )  # fmt: skip
-            self._settle(ctx, failure)
-        else:
-            if ctx.completed_in_transaction:
-                self._completer.published_completion(ctx)
-                self._forget([ctx])
-            else:
-                result = value if value is not None else ctx.result
-                self._settle(ctx, Completion(ctx.id, ctx.lease_token, result))
-
-    async def _call(self, ctx: JobContext, spec: HandlerSpec | None) -> Any:
-        if spec is None:
-            raise PermanentError(f"no handler is registered for job kind {ctx.kind!r}")
-        if spec.is_async:
-            return await spec.handler(ctx)
-        loop = asyncio.get_running_loop()
-        # A thread cannot be interrupted: on timeout the job fails, but the thread runs to its end.
-        return await loop.run_in_executor(self._threads, spec.handler, ctx)
-
-    async def _watchdog_loop(self) -> None:
-        while True:
-            await asyncio.sleep(WATCHDOG_INTERVAL_S)
-            now = time.monotonic()
-            for held in list(self._held.values()):
-                if held.task is not None and not held.timed_out and now > held.deadline:
-                    held.timed_out = True
-                    held.task.cancel()
+        timeout_ms = job.timeout_ms or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms
+        held = self._leases.hold(ctx, time.monotonic() + timeout_ms / 1000)
+        return ctx, held, job.backoff
 
     def _settle(self, ctx: JobContext, outcome: Completion | Failure) -> None:
         """Hand the outcome to the completer and free the slot (the job stays held until written)."""
@@ -524,6 +533,12 @@ class Worker:
                 # Still counted as running: the slot frees here (lease lost, or completed in its tx).
                 self._free[held.ctx.queue] += 1
                 self._wake.set()
+        if self._limited.wakes_on_finish:
+            for ctx in contexts:
+                if self._limited.finished(ctx.queue):
+                    # A slot of the queue is free: this worker tries it at once, without waiting
+                    # for its own NOTIFY to come back.
+                    self._maybe_work[ctx.queue] = True
 
     def _requeued(self, queue: str) -> None:
         if queue in self._maybe_work:
@@ -534,63 +549,6 @@ class Worker:
     async def _on_progress(self, ctx: JobContext, pct: float) -> None:
         await self.events.publish([JobEvent("progress", ctx.id, ctx.kind, ctx.queue, ctx.attempt, pct)])
 
-    # --- leases ------------------------------------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        interval_s = self._options.heartbeat_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.heartbeat()
-            except DB_ERRORS as exc:
-                log.warning("job heartbeat failed", error=str(exc), held=len(self._held))
-
     async def heartbeat(self) -> None:
-        """Extend every held lease in one statement; flag lost leases and cancellations."""
-        held = list(self._held.values())
-        if not held:
-            return
-        rows = await self._pool.fetch(
-            Q["job_heartbeat_many"],
-            [h.ctx.id for h in held],
-            [h.ctx.lease_token for h in held],
-            self._options.lease_ms,
-        )
-        alive = {row["lease_token"]: row["cancel_requested"] for row in rows}
-        for h in held:
-            token = h.ctx.lease_token
-            if token not in alive:
-                if token in self._held and not self._completer.is_pending(token):
-                    h.ctx.lease_lost.set()
-                    h.ctx.cancelled.set()
-            elif alive[token]:
-                h.ctx.cancelled.set()
-
-    async def _release(self, contexts: list[JobContext]) -> None:
-        """Give the jobs back (available, the attempt not spent). The statement skips rows another
-        transaction holds: a short holder (an admin query) is waited for by trying again for up to
-        RELEASE_WAIT_S; a long one (a shared settlement transaction still open) is not, and its job
-        is the rescuer's when its lease expires."""
-        remaining = list(contexts)
-        waited = 0.0
-        while remaining:
-            try:
-                rows = await self._pool.fetch(
-                    Q["job_release_many"], [c.id for c in remaining], [c.lease_token for c in remaining]
-                )
-            except DB_ERRORS as exc:
-                # The leases will expire and the rescuer returns the jobs; nothing is lost, only delayed.
-                log.error("releasing job leases failed", error=str(exc), count=len(remaining))
-                break
-            # Only the rows skipped as locked are worth another try: a lease gone (rescued, claimed
-            # again elsewhere) can never be released by this worker.
-            locked = {row["id"] for row in rows if not row["released"]}
-            remaining = [c for c in remaining if c.id in locked]
-            if not remaining or waited >= RELEASE_WAIT_S:
-                break
-            await asyncio.sleep(RELEASE_RETRY_S)
-            waited += RELEASE_RETRY_S
-        if remaining:
-            log.warning("job leases left to expire", count=len(remaining), ids=[c.id for c in remaining][:20])
-        for ctx in contexts:
-            self._held.pop(ctx.lease_token, None)
+        """Extend every held lease now (the heartbeat loop does it every heartbeat_interval_ms)."""
+        await self._leases.heartbeat()

@@ -69,11 +69,11 @@ async def test_start_up_limits_the_settlement_queue_unless_an_operator_did(
 ) -> None:
     await build_components(pool, database_url, outbox_max_depth=1234)
     async with pool.acquire() as conn:
-        queues = {row["name"]: row["max_depth"] for row in await job_admin.list_queues(conn)}
+        queues = {queue.name: queue.max_depth for queue in await job_admin.list_queues(conn)}
         assert queues[OUTBOX_QUEUE] == 1234
         await job_admin.set_max_depth(conn, OUTBOX_QUEUE, 50)
     await build_components(pool, database_url, outbox_max_depth=1234)
     async with pool.acquire() as conn:
         assert await apply_default_max_depth(conn, 999) == 50
-        queues = {row["name"]: row["max_depth"] for row in await job_admin.list_queues(conn)}
+        queues = {queue.name: queue.max_depth for queue in await job_admin.list_queues(conn)}
     assert queues[OUTBOX_QUEUE] == 50

@@ -14,10 +14,10 @@ log = get_logger("paymanager.backpressure")
 async def apply_default_max_depth(conn: Conn, max_depth: int) -> int | None:
     """Set OUTBOX_MAX_DEPTH on the settlement queue unless it already has a limit (an operator's
     `paymanager jobs max-depth` wins over the default); returns the limit in force."""
-    queues = {row["name"]: row for row in await job_admin.list_queues(conn)}
+    queues = {queue.name: queue for queue in await job_admin.list_queues(conn)}
     current = queues.get(OUTBOX_QUEUE)
-    if current is not None and current["max_depth"] is not None:
-        return int(current["max_depth"])
+    if current is not None and current.max_depth is not None:
+        return current.max_depth
     if max_depth == 0:
         return None
     await job_admin.set_max_depth(conn, OUTBOX_QUEUE, max_depth)

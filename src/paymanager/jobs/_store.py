@@ -1,0 +1,543 @@
+"""The job engine's store: the one reader of jobs.sql.
+
+Every statement of the engine's hot loops and maintenance is called here by name, with keyword
+arguments (or a parameter dataclass for a wide statement), and returns frozen dataclasses or plain
+values, never rows: a change of a column touches this module and one dataclass. `db` is whatever runs
+the statement: a pool, a connection, a pinned connection or the LISTEN connection (`Executor`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, TypeAlias
+
+import asyncpg
+
+from paymanager.jobs._outcomes import Completion, Failure
+from paymanager.jobs._queries import Q
+from paymanager.jobs.states import JobState
+
+# A JSON object as the codecs of paymanager.db.pool decode it.
+JsonObject: TypeAlias = dict[str, object]
+
+
+class Executor(Protocol):
+    """What runs a statement: asyncpg's Pool and Connection, PinnedConnection, the Listener."""
+
+    async def fetch(self, query: str, *args: object) -> list[asyncpg.Record]: ...
+
+
+# --- claiming ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as a claim hands it to the worker: running, under `lease_token`."""
+
+    id: int
+    queue: str
+    kind: str
+    payload: JsonObject
+    priority: int
+    attempt: int
+    # NULL in the row: the registered kind's default, resolved by the worker.
+    max_attempts: int | None
+    backoff: JsonObject | None
+    timeout_ms: int | None
+    lease_token: uuid.UUID
+    parent_id: int | None
+    cancel_requested: bool
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Job:
+        # Positional: one Job per claimed job, and keyword arguments cost a frozen dataclass more.
+        return cls(
+            row["id"], row["queue"], row["kind"], row["payload"], row["priority"], row["attempt"],
+            row["max_attempts"], row["backoff"], row["timeout_ms"], row["lease_token"], row["parent_id"],
+            row["cancel_requested"],
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimParams:
+    """One claim: up to `wanted[i]` jobs of `queues[i]` for `owner`, each leased for `lease_ms`;
+    the `completions` of the previous batch are written by the same statement."""
+
+    queues: Sequence[str]
+    wanted: Sequence[int]
+    owner: str
+    lease_ms: int
+    # A claim that completes nothing commits without waiting for its WAL flush (WorkerOptions).
+    quick_commit: bool
+    completions: Sequence[Completion] = ()
+    # Publish `completed` events for the completions (a NOTIFY per 25).
+    notify_completed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    jobs: list[Job]
+    # The ids the claim's statement completed (of `ClaimParams.completions`).
+    completed: set[int]
+
+
+async def claim(db: Executor, params: ClaimParams) -> Claimed:
+    """Claim, and complete the previous batch, in one statement.
+
+    Three statements serve it (jobs.sql says why each exists; a test holds them to the same jobs):
+    `job_claim_batch` when there are completions to write, `job_claim_queue` for an idle worker's
+    claim from one queue, `job_claim` for one from several."""
+    p = params
+    if p.completions:
+        rows = await db.fetch(
+            Q["job_claim_batch"], p.queues, p.wanted, p.owner, p.lease_ms,
+            [c.id for c in p.completions], [c.token for c in p.completions],
+            [c.result for c in p.completions], p.notify_completed, False,
+        )  # fmt: skip
+        jobs: list[Job] = []
+        completed: set[int] = set()
+        for row in rows:
+            if row["claimed"]:
+                jobs.append(Job.from_row(row))
+            else:
+                completed.add(row["id"])
+        return Claimed(jobs, completed)
+    if len(p.queues) == 1:
+        rows = await db.fetch(
+            Q["job_claim_queue"], p.queues[0], p.wanted[0], p.owner, p.lease_ms, p.quick_commit
+        )
+    else:
+        rows = await db.fetch(Q["job_claim"], p.queues, p.wanted, p.owner, p.lease_ms, p.quick_commit)
+    return Claimed([Job.from_row(row) for row in rows], set())
+
+
+@dataclass(frozen=True, slots=True)
+class LimitedClaim:
+    """What a claim of a limited queue got, and how long the queue may start nothing more (None: it
+    may go on)."""
+
+    jobs: list[Job]
+    retry_after_ms: int | None
+
+
+async def claim_limited(
+    db: Executor, *, queue: str, wanted: int, owner: str, lease_ms: int, quick_commit: bool
+) -> LimitedClaim:
+    """Claim up to `wanted` jobs of a queue with limits, within them (job_claim_limited)."""
+    rows = await db.fetch(Q["job_claim_limited"], queue, wanted, owner, lease_ms, quick_commit)
+    jobs = [Job.from_row(row) for row in rows if row["claimed"]]
+    waits = [int(row["retry_after_ms"]) for row in rows if not row["claimed"]]
+    return LimitedClaim(jobs, waits[0] if waits else None)
+
+
+async def promote_due(db: Executor, *, now: datetime | None, batch_max: int) -> None:
+    """Make up to `batch_max` scheduled and retryable jobs due at `now` (None: the server's clock)
+    available, waking their queues."""
+    await db.fetch(Q["job_promote_due"], now, batch_max)
+
+
+# --- outcomes ----------------------------------------------------------------------------------------
+
+
+async def complete_many(
+    db: Executor, completions: Sequence[Completion], *, notify_completed: bool
+) -> set[int]:
+    """Complete the jobs still held under the completions' lease tokens; returns their ids."""
+    rows = await db.fetch(
+        Q["job_complete_many"],
+        [c.id for c in completions],
+        [c.token for c in completions],
+        [c.result for c in completions],
+        notify_completed,
+    )
+    return {row["id"] for row in rows}
+
+
+async def fail_many(db: Executor, failures: Sequence[Failure]) -> set[int]:
+    """Write failed (or snoozed, or given back) attempts still held; returns the ids written."""
+    rows = await db.fetch(
+        Q["job_fail_many"],
+        [f.id for f in failures],
+        [f.token for f in failures],
+        [f.state.value for f in failures],
+        [f.delay_ms for f in failures],
+        [f.error for f in failures],
+        [f.spent for f in failures],
+    )
+    return {row["id"] for row in rows}
+
+
+# --- leases ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    id: int
+    lease_token: uuid.UUID
+
+
+async def extend_leases(db: Executor, leases: Sequence[Lease], *, lease_ms: int) -> dict[uuid.UUID, bool]:
+    """Extend the leases still held by `lease_ms`; returns each one still held (by token) with
+    whether a cancel was requested. A lease missing is lost."""
+    rows = await db.fetch(
+        Q["job_heartbeat_many"],
+        [lease.id for lease in leases],
+        [lease.lease_token for lease in leases],
+        lease_ms,
+    )
+    return {row["lease_token"]: row["cancel_requested"] for row in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    released: set[int]
+    # Still held under their tokens but locked by another transaction: worth another try.
+    locked: set[int]
+
+
+async def release_many(db: Executor, leases: Sequence[Lease]) -> Released:
+    """Give jobs back (available, the attempt not spent), skipping rows another transaction holds."""
+    rows = await db.fetch(
+        Q["job_release_many"], [lease.id for lease in leases], [lease.lease_token for lease in leases]
+    )
+    return Released({r["id"] for r in rows if r["released"]}, {r["id"] for r in rows if not r["released"]})
+
+
+# --- maintenance -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RescuedJob:
+    id: int
+    queue: str
+    kind: str
+    # `available` again, or `dead` (stalled too often), or `cancelled` (a cancel was requested).
+    state: JobState
+    attempt: int
+    last_error: JsonObject | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> RescuedJob:
+        return cls(
+            row["id"], row["queue"], row["kind"], JobState(row["state"]), row["attempt"], row["last_error"]
+        )
+
+
+async def rescue_expired(
+    db: Executor, *, now: datetime | None, max_stalled: int, batch_max: int
+) -> list[RescuedJob]:
+    """One batch of the rescuer (at most `batch_max` jobs whose lease expired before `now`)."""
+    rows = await db.fetch(Q["job_rescue_expired"], now, max_stalled, batch_max)
+    return [RescuedJob.from_row(row) for row in rows]
+
+
+async def finished_queues(db: Executor) -> list[str]:
+    """The queues that hold finished jobs."""
+    return [row["queue"] for row in await db.fetch(Q["job_finished_queues"])]
+
+
+async def prune_older(
+    db: Executor, *, queue: str, states: Sequence[JobState], finished_before: datetime, batch_max: int
+) -> int:
+    """Delete up to `batch_max` jobs of `queue` in `states` finished before `finished_before`."""
+    rows = await db.fetch(Q["job_prune_older"], queue, [s.value for s in states], finished_before, batch_max)
+    return int(rows[0][0])
+
+
+async def prune_beyond_count(
+    db: Executor, *, queue: str, states: Sequence[JobState], keep: int, batch_max: int
+) -> int:
+    """Delete up to `batch_max` jobs of `queue` in `states` beyond the newest `keep`."""
+    rows = await db.fetch(Q["job_prune_beyond_count"], queue, [s.value for s in states], keep, batch_max)
+    return int(rows[0][0])
+
+
+async def vacuum(db: Executor) -> None:
+    await db.fetch(Q["job_vacuum"])
+
+
+# --- queue limits ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimitsRow:
+    queue: str
+    rate_max: int | None
+    rate_window_ms: int | None
+    concurrency_max: int | None
+    # How long a pause asked by a handler still runs (None: none runs).
+    paused_ms: int | None
+
+
+async def queue_limits(db: Executor, queues: Sequence[str]) -> list[QueueLimitsRow]:
+    """The limits of those of `queues` that have any (a rate, a global concurrency, a pause)."""
+    rows = await db.fetch(Q["job_queue_limits"], list(queues))
+    return [
+        QueueLimitsRow(r["name"], r["rate_max"], r["rate_window_ms"], r["concurrency_max"], r["paused_ms"])
+        for r in rows
+    ]
+
+
+async def pause_queue_for(db: Executor, *, queue: str, pause_ms: int) -> int:
+    """No job of `queue` starts for `pause_ms` (a longer pause is kept); returns the pause left."""
+    rows = await db.fetch(Q["job_queue_pause_for"], queue, pause_ms)
+    return int(rows[0]["paused_ms"])
+
+
+async def wake_queues(db: Executor, queues: Sequence[str]) -> None:
+    """NOTIFY the workers of `queues` that they may have work."""
+    await db.fetch(Q["job_queue_wake"], list(queues))
+
+
+async def set_rate_limit(db: Executor, *, queue: str, max_jobs: int | None, window_ms: int | None) -> None:
+    await db.fetch(Q["job_queue_set_rate_limit"], queue, max_jobs, window_ms)
+
+
+async def set_global_concurrency(db: Executor, *, queue: str, limit: int | None) -> None:
+    await db.fetch(Q["job_queue_set_concurrency"], queue, limit)
+
+
+# --- leadership and sessions ---------------------------------------------------------------------------
+
+
+async def leader_try_lock(db: Executor, *, key: int) -> bool:
+    """Take the maintenance leader's session advisory lock `key` if it is free."""
+    rows = await db.fetch(Q["job_leader_try_lock"], key)
+    return bool(rows[0][0])
+
+
+async def ping(db: Executor) -> None:
+    """A round trip that proves the connection alive."""
+    await db.fetch(Q["job_listener_ping"])
+
+
+# --- administration ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a listing or a replay takes: every field that is not None must match."""
+
+    state: JobState | None = None
+    queue: str | None = None
+    kind: str | None = None
+    # A substring of the last error (replays).
+    error_contains: str | None = None
+    # A window on finalized_at (replays).
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+async def list_jobs(db: Executor, *, where: JobFilter, before_id: int | None, limit: int) -> list[JsonObject]:
+    """Jobs newest first (the listing's columns), paginated by id."""
+    state = where.state.value if where.state is not None else None
+    rows = await db.fetch(Q["job_list"], state, where.queue, where.kind, before_id, limit)
+    return [dict(row) for row in rows]
+
+
+async def get_job(db: Executor, *, job_id: int) -> JsonObject | None:
+    """Every column of a job."""
+    rows = await db.fetch(Q["job_get"], job_id)
+    return dict(rows[0]) if rows else None
+
+
+async def retry_job(db: Executor, *, job_id: int) -> bool:
+    """Make a dead, cancelled, retryable or scheduled job available now; False if it is not one."""
+    return bool(await db.fetch(Q["job_retry"], job_id))
+
+
+async def replay_dead(db: Executor, *, where: JobFilter, limit: int) -> list[int]:
+    """Replay up to `limit` dead jobs matching `where` (its state is ignored); returns their ids."""
+    rows = await db.fetch(
+        Q["job_replay_dead"], where.kind, where.queue, where.error_contains, where.since, where.until, limit
+    )
+    return [int(row["id"]) for row in rows]
+
+
+async def cancel_job(db: Executor, *, job_id: int) -> JobState | None:
+    """Cancel a job not started, or ask a running one to stop; returns its state after (`running`
+    for a request), None when it is finished or missing."""
+    rows = await db.fetch(Q["job_cancel"], job_id)
+    return JobState(rows[0]["state"]) if rows else None
+
+
+async def set_paused(db: Executor, *, queue: str, paused: bool) -> None:
+    await db.fetch(Q["job_queue_set_paused"], queue, paused)
+
+
+async def set_max_depth(db: Executor, *, queue: str, max_depth: int | None) -> None:
+    await db.fetch(Q["job_queue_set_max_depth"], queue, max_depth)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    name: str
+    paused: bool
+    max_depth: int | None
+    rate_max: int | None
+    rate_window_ms: int | None
+    concurrency_max: int | None
+    # Set while a pause asked by a handler (RateLimitedError) runs.
+    rate_paused_until: datetime | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> QueueSettings:
+        return cls(
+            name=row["name"],
+            paused=row["paused"],
+            max_depth=row["max_depth"],
+            rate_max=row["rate_max"],
+            rate_window_ms=row["rate_window_ms"],
+            concurrency_max=row["concurrency_max"],
+            rate_paused_until=row["rate_paused_until"],
+        )
+
+
+async def list_queues(db: Executor) -> list[QueueSettings]:
+    """Every queue with settings, by name."""
+    rows = await db.fetch(Q["job_queue_list"])
+    return [QueueSettings.from_row(row) for row in rows]
+
+
+async def count_by_queue_and_state(db: Executor) -> dict[str, dict[str, int]]:
+    """Job counts per queue and state."""
+    result: dict[str, dict[str, int]] = {}
+    for row in await db.fetch(Q["job_stats"]):
+        result.setdefault(row["queue"], {})[row["state"]] = int(row["n"])
+    return result
+
+
+# --- a handler's own statements ----------------------------------------------------------------------
+
+
+async def set_progress(db: Executor, *, job_id: int, lease_token: uuid.UUID, pct: float) -> bool:
+    """Record progress on a job still held under `lease_token`; False when the lease is lost."""
+    return bool(await db.fetch(Q["job_progress_set"], job_id, lease_token, pct))
+
+
+async def complete_fenced(db: Executor, *, job_id: int, lease_token: uuid.UUID, result: object) -> bool:
+    """Complete a job inside the caller's transaction if `lease_token` still holds it."""
+    return bool(await db.fetch(Q["job_complete_fenced"], job_id, lease_token, result))
+
+
+async def lease_held(db: Executor, *, job_id: int, lease_token: uuid.UUID) -> bool:
+    """Whether `lease_token` still holds the job (no lock taken)."""
+    return bool(await db.fetch(Q["job_lease_check"], job_id, lease_token))
+
+
+async def hold_leases(db: Executor, leases: Sequence[Lease]) -> set[tuple[int, uuid.UUID]]:
+    """Lock, in id order, the jobs still held under their lease tokens; returns those held."""
+    ids, tokens = [lease.id for lease in leases], [lease.lease_token for lease in leases]
+    rows = await db.fetch(Q["job_hold_leases_many"], ids, tokens)
+    return {(row["id"], row["lease_token"]) for row in rows}
+
+
+async def children_results(db: Executor, *, parent_id: int) -> dict[int, object]:
+    """A flow parent's children's results, by child id."""
+    rows = await db.fetch(Q["job_children_results"], parent_id)
+    return {int(row["id"]): row["result"] for row in rows}
+
+
+async def publish_events(db: Executor, *, channel: str, message: str) -> None:
+    await db.fetch(Q["job_events_publish"], channel, message)
+
+
+# --- enqueueing --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InsertParams:
+    """One job to insert (job_insert): its fields as validated by enqueue."""
+
+    queue: str
+    kind: str
+    payload: JsonObject
+    priority: int
+    run_at: datetime | None
+    delay_ms: int | None
+    max_attempts: int | None
+    backoff: JsonObject | None
+    unique_key: str | None
+    timeout_ms: int | None
+    parent_id: int | None
+    # None: `scheduled` or `available` by run_at; a flow's parent passes `waiting_children`.
+    state: JobState | None
+    pending_children: int
+    on_child_dead: str
+
+
+async def insert(db: Executor, params: InsertParams) -> int | None:
+    """Insert one job; None when its unique key is held or its queue is full."""
+    p = params
+    rows = await db.fetch(
+        Q["job_insert"], p.queue, p.kind, p.payload, p.priority, p.run_at, p.delay_ms, p.max_attempts,
+        p.backoff, p.unique_key, p.timeout_ms, p.parent_id, p.state.value if p.state is not None else None,
+        p.pending_children, p.on_child_dead,
+    )  # fmt: skip
+    return int(rows[0]["id"]) if rows else None
+
+
+async def find_unfinished_by_key(db: Executor, *, unique_key: str) -> int | None:
+    rows = await db.fetch(Q["job_find_unfinished_by_key"], unique_key)
+    return int(rows[0]["id"]) if rows else None
+
+
+async def queue_is_full(db: Executor, *, queue: str) -> bool:
+    rows = await db.fetch(Q["job_queue_is_full"], queue)
+    return bool(rows[0][0])
+
+
+@dataclass(frozen=True, slots=True)
+class InsertManyParams:
+    """Many jobs to insert (job_insert_many), one list per column, in the jobs' order."""
+
+    queues: Sequence[str]
+    kinds: Sequence[str]
+    payloads: Sequence[JsonObject]
+    priorities: Sequence[int]
+    run_ats: Sequence[datetime | None]
+    max_attempts: Sequence[int | None]
+    backoffs: Sequence[JsonObject | None]
+    timeouts_ms: Sequence[int | None]
+
+
+async def insert_many(db: Executor, params: InsertManyParams) -> list[int]:
+    """Insert many jobs in one statement; returns their ids in input order."""
+    p = params
+    rows = await db.fetch(
+        Q["job_insert_many"], p.queues, p.kinds, p.payloads, p.priorities, p.run_ats, p.max_attempts,
+        p.backoffs, p.timeouts_ms,
+    )  # fmt: skip
+    return [int(row["id"]) for row in rows]
+
+
+# --- periodic jobs -----------------------------------------------------------------------------------
+
+
+async def periodic_init(db: Executor, *, name: str, slot: datetime) -> bool:
+    """Record a schedule's first slot without enqueueing; False when the schedule is known."""
+    return bool(await db.fetch(Q["job_periodic_init"], name, slot))
+
+
+async def periodic_claim_slot(db: Executor, *, name: str, slot: datetime) -> bool:
+    """Claim schedule `name`'s `slot`; False when another process enqueued it already."""
+    return bool(await db.fetch(Q["job_periodic_claim_slot"], name, slot))
+
+
+# --- claim sessions ----------------------------------------------------------------------------------
+
+
+async def start_claim_session(db: Executor, *, lock_timeout_ms: int | None) -> None:
+    """Plan once, generically and by index only, and wait at most `lock_timeout_ms` on a lock
+    (jobs.sql, job_session_generic_plans, says why)."""
+    await db.fetch(Q["job_session_generic_plans"])
+    if lock_timeout_ms is not None:
+        await db.fetch(Q["job_session_lock_timeout"], lock_timeout_ms)
+
+
+async def end_claim_session(db: Executor) -> None:
+    """Undo start_claim_session before the connection goes back to its pool."""
+    await db.fetch(Q["job_session_default_plans"])

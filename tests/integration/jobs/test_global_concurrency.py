@@ -1,0 +1,127 @@
+"""Global concurrency per queue: at most N jobs of a queue running at once over every worker, beside
+each worker's own concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import asyncpg
+
+from paymanager.jobs import JobContext, NewJob, Registry, enqueue_many, set_global_concurrency
+from paymanager.jobs.admin import list_queues
+from tests.integration.jobs.conftest import FAST, StartWorker, wait_until
+from tests.support.processes import paymanager_env, run_cli
+
+QUEUE = "capped"
+RUNNING = "SELECT count(*) FROM job WHERE queue = $1 AND state = 'running'"
+
+
+async def test_global_concurrency_caps_the_running_jobs_of_a_queue_over_every_worker(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    await set_global_concurrency(pool, QUEUE, 3)
+    release = asyncio.Event()
+    seen_running: list[int] = []
+    registry = Registry()
+
+    @registry.handler("partner_call", queue=QUEUE)
+    async def partner_call(ctx: JobContext) -> None:
+        # Running jobs of the queue in the database at this job's start (its own claim committed).
+        seen_running.append(int(await pool.fetchval(RUNNING, QUEUE)))
+        await release.wait()
+
+    # Three workers with 5 slots each: 15 slots for 12 jobs, only the global limit holds them back.
+    workers = [await start_worker(registry, {QUEUE: 5}, replace(FAST, owner=f"w{n}")) for n in range(3)]
+    await enqueue_many(pool, [NewJob("partner_call", {"i": i}, queue=QUEUE) for i in range(12)])
+
+    async def three_running() -> bool:
+        return int(await pool.fetchval(RUNNING, QUEUE)) == 3
+
+    await wait_until(three_running)
+    loads = [w.limited_queues.loads_done for w in workers]
+
+    # Every worker polls (a chance to claim) three more times while the three jobs hold their slots.
+    async def polled_three_times() -> bool:
+        return all(w.limited_queues.loads_done >= n + 3 for w, n in zip(workers, loads, strict=True))
+
+    await wait_until(polled_three_times)
+    assert int(await pool.fetchval(RUNNING, QUEUE)) == 3
+    assert sum(w.running_count for w in workers) == 3
+    release.set()
+
+    async def all_done() -> bool:
+        done = "SELECT count(*) FROM job WHERE queue = $1 AND state = 'completed'"
+        return int(await pool.fetchval(done, QUEUE)) == 12
+
+    await wait_until(all_done)
+    assert len(seen_running) == 12
+    assert max(seen_running) <= 3, seen_running
+
+
+async def test_a_job_finishing_in_one_worker_wakes_the_others_waiting_for_a_slot(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    await set_global_concurrency(pool, QUEUE, 1)
+    release = asyncio.Event()
+    ran: list[tuple[str, int]] = []
+
+    def registry_of(owner: str) -> Registry:
+        registry = Registry()
+
+        @registry.handler("partner_call", queue=QUEUE)
+        async def partner_call(ctx: JobContext) -> None:
+            ran.append((owner, ctx.payload["i"]))
+            if ctx.payload["i"] == 0:
+                await release.wait()
+
+        return registry
+
+    # Polls an hour apart: only a NOTIFY can start the second job within the test.
+    slow_poll = replace(FAST, poll_interval_ms=3_600_000)
+    a = await start_worker(registry_of("a"), {QUEUE: 5}, replace(slow_poll, owner="a"))
+    await enqueue_many(pool, [NewJob("partner_call", {"i": 0}, queue=QUEUE)])
+
+    async def first_running() -> bool:
+        return ran == [("a", 0)]
+
+    await wait_until(first_running)
+    b = await start_worker(registry_of("b"), {QUEUE: 5}, replace(slow_poll, owner="b"))
+    claims = b.limited_queues.claims_sent
+    await enqueue_many(pool, [NewJob("partner_call", {"i": 1}, queue=QUEUE)])
+
+    # b tried the second job on its NOTIFY and was refused: the one slot is taken.
+    async def b_tried() -> bool:
+        return b.limited_queues.claims_sent > claims
+
+    await wait_until(b_tried)
+    assert ran == [("a", 0)]
+    # a takes no more jobs: the second can only start on b, woken by a's finishing the first.
+    a.stop_taking_work()
+    release.set()
+
+    async def second_ran() -> bool:
+        return ("b", 1) in ran
+
+    await wait_until(second_ran)
+
+
+async def test_the_cli_sets_shows_and_removes_a_global_concurrency(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    code, out = await cli(database_url, "concurrency", "psp.wise", "5")
+    assert (code, out.strip()) == (0, "queue psp.wise: global concurrency 5")
+    code, out = await cli(database_url, "stats")
+    assert "psp.wise (concurrency 5): empty" in out
+    code, out = await cli(database_url, "concurrency", "psp.wise", "off")
+    assert (code, out.strip()) == (0, "queue psp.wise: global concurrency off")
+    [queue] = await list_queues(pool)
+    assert queue.concurrency_max is None
+    code, out = await cli(database_url, "concurrency", "psp.wise", "0")
+    assert code == 2
+    assert "must be within [1, 100000]" in out
+
+
+async def cli(database_url: str, *args: str) -> tuple[int, str]:
+    result = await asyncio.to_thread(run_cli, ["jobs", *args], paymanager_env(database_url))
+    return result.returncode, result.stdout + result.stderr
