@@ -9,6 +9,8 @@ from typing import TypeVar
 
 import asyncpg
 
+from tests.support.waiting import wait_until
+
 T = TypeVar("T")
 
 POLL_S = 0.01
@@ -53,9 +55,13 @@ async def wait_for_a_waiter_behind(
     """The pid of a backend that waits for a lock held by backend `blocker_pid` (a transaction the
     test holds open), once there is one; for work whose connection the test does not choose (an
     API request, a worker's pool)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while (pid := await _waiter_behind(pool, blocker_pid)) is None:
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"nothing waited for a lock of backend {blocker_pid} within {timeout_s}s")
-        await asyncio.sleep(POLL_S)
-    return pid
+    found: list[int] = []
+
+    async def waiting() -> bool:
+        pid = await _waiter_behind(pool, blocker_pid)
+        if pid is not None:
+            found.append(pid)
+        return pid is not None
+
+    await wait_until(waiting, timeout_s)
+    return found[-1]
