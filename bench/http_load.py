@@ -142,9 +142,10 @@ class OpenLoopResult:
 
 
 async def _intents_open_loop(
-    port: int, service_id: str, secret: str, pairs: list[tuple[str, str]], rate: int, seconds: float
+    ports: list[int], service_id: str, secret: str, pairs: list[tuple[str, str]], rate: int, seconds: float
 ) -> OpenLoopResult:
-    client = SignedRawClient("127.0.0.1", port, service_id, secret)
+    # Several api processes: intent i goes to ports[i % len(ports)], as a round-robin balancer would.
+    clients = [SignedRawClient("127.0.0.1", port, service_id, secret) for port in ports]
     latencies: list[float] = []
     errors = 0
     done = 0
@@ -154,6 +155,7 @@ async def _intents_open_loop(
     async def one(i: int) -> None:
         nonlocal errors, done
         payer, payee = pairs[i % len(pairs)]
+        client = clients[i % len(clients)]
         body = {"channel": "internal-p2p", "amount": 100, "currency": "THB", "payer_account_id": payer,
                 "payee_account_id": payee, "description": f"bench {rate} {phase} {i} {tag}"}  # fmt: skip
         try:
@@ -183,7 +185,8 @@ async def _intents_open_loop(
     cpu = time.process_time()
     sending = await open_loop(one, int(rate / 2 * seconds), rate / 2)
     cpu_ms = (time.process_time() - cpu) * 1000 / max(len(latencies), 1)
-    await client.close()
+    for client in clients:
+        await client.close()
     latencies.sort()
     p50 = statistics.median(latencies) * 1000 if latencies else float("nan")
     p99 = latencies[max(int(len(latencies) * 0.99) - 1, 0)] * 1000 if latencies else float("nan")
@@ -193,11 +196,17 @@ async def _intents_open_loop(
 
 
 async def intents_open_loop(
-    port: int, service_id: str, secret: str, pairs: list[tuple[str, str]], rate: int, seconds: float
+    ports: int | list[int],
+    service_id: str,
+    secret: str,
+    pairs: list[tuple[str, str]],
+    rate: int,
+    seconds: float,
 ) -> OpenLoopResult:
     """Run the open loop in a process of its own (`python bench/http_load.py`, arguments as JSON on
     stdin, the result as JSON on stdout), so it shares no event loop and no core time with the caller."""
-    args = {"port": port, "service_id": service_id, "secret": secret, "pairs": pairs, "rate": rate,
+    ports = [ports] if isinstance(ports, int) else ports
+    args = {"ports": ports, "service_id": service_id, "secret": secret, "pairs": pairs, "rate": rate,
             "seconds": seconds}  # fmt: skip
     child = await asyncio.create_subprocess_exec(
         sys.executable, SCRIPT, stdin=asyncio.subprocess.PIPE,

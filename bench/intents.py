@@ -14,6 +14,9 @@ Printed, all in one run on this machine:
    run with the same 2 `outbox-worker` processes: closed loop (10 clients) and open loop at
    `--ab-rate`, round after round in alternating order, with the load average of each round.
    `--only-ab` skips phases 1-4.
+6. with `--saturation START:STOP`: the saturation point (the highest rate whose p99 stays under 25 ms
+   with no failed request) with 1 and then 2 `api` processes beside 2 `outbox-worker` processes,
+   rates rising a quarter at a time from START to STOP; `--only-saturation` runs it alone.
 """
 
 from __future__ import annotations
@@ -48,7 +51,12 @@ from paymanager.application.intents.confirm import OUTBOX_QUEUE, SETTLE_KIND, co
 from paymanager.application.intents.create import IntentRequest, create_intent  # noqa: E402
 from paymanager.application.intents.events import Pending  # noqa: E402
 from paymanager.application.intents.settle import settle, settle_handler  # noqa: E402
-from paymanager.application.services.use_cases import ServiceIdentity, create_service  # noqa: E402
+from paymanager.application.services.use_cases import (  # noqa: E402
+    REQUESTS_PER_SEC_MAX,
+    ServiceIdentity,
+    create_service,
+    set_rate_limit,
+)
 from paymanager.config import Settings  # noqa: E402
 from paymanager.db import migrations  # noqa: E402
 from paymanager.db.database import Database  # noqa: E402
@@ -451,6 +459,52 @@ async def ab_test(s: Setup, url: str, ref: str, rounds: int, seconds: float, rat
           f"open p99 {b[7] / a[7]:.2f}x")  # fmt: skip
 
 
+SATURATION_P99_MS = 25.0
+
+
+def rates_from(start: int, top: int) -> list[int]:
+    """Rising rates, a quarter apart, rounded to 50 requests/s."""
+    rates, rate = [], float(start)
+    while rate <= top:
+        rates.append(int(round(rate / 50) * 50))
+        rate *= 1.25
+    return rates
+
+
+async def saturation(s: Setup, url: str, start: int, top: int, seconds: float) -> None:
+    """6. The highest open-loop rate whose p99 stays under SATURATION_P99_MS, with 1 and then 2 api
+    processes beside 2 outbox-workers; signatures carry nonces and the per-service rate limit is on
+    (set above the top rate, so it is checked on every request but refuses none)."""
+    async with s.payments.pool.acquire() as conn:
+        await set_rate_limit(conn, s.shop.id, REQUESTS_PER_SEC_MAX)
+    pairs = [(str(payer), str(payee)) for payer, payee in s.pairs]
+    found: dict[int, int] = {}
+    for n_api in (1, 2):
+        apis = [start_api(url, None) for _ in range(n_api)]
+        procs = workers(url, 2)
+        best = 0
+        try:
+            for port, process in apis:
+                await wait_http(port, process)
+            print(f"6. saturation, {n_api} api process(es) + 2 outbox-worker, {seconds:.0f} s per rate"
+                  f" (p99 < {SATURATION_P99_MS:.0f} ms, no failed request):")  # fmt: skip
+            print("   target req/s  achieved req/s  p50 ms  p99 ms  failed  load")
+            for rate in rates_from(start, top):
+                r = await intents_open_loop([port for port, _ in apis], s.shop.id, s.shop_secret, pairs,
+                                            rate, seconds)  # fmt: skip
+                print(f"   {rate:13d}  {r.achieved:14.0f}  {r.p50_ms:6.1f}  {r.p99_ms:6.1f}  {r.errors:6d}"
+                      f"  {os.getloadavg()[0]:4.1f}")  # fmt: skip
+                if r.p99_ms >= SATURATION_P99_MS or r.errors or r.achieved < 0.95 * rate:
+                    break
+                best = rate
+        finally:
+            stop([process for _, process in apis] + procs)
+        found[n_api] = best
+        print(f"   saturation point with {n_api} api process(es): {best} req/s")
+    if found[1]:
+        print(f"   2 api processes / 1: {found[2] / found[1]:.2f}x")
+
+
 async def count_intents(s: Setup) -> int:
     """p2p intents that are confirmed or settled: what the workers have to reach before the next figure."""
     return int(
@@ -523,6 +577,12 @@ async def main() -> None:
     parser.add_argument("--ab-rounds", type=int, default=4, help="Rounds of the A/B, each variant once.")
     parser.add_argument("--ab-rate", type=int, default=300, help="Open-loop request rate of the A/B.")
     parser.add_argument("--only-ab", action="store_true", help="Run the A/B alone (needs --ab).")
+    parser.add_argument(
+        "--saturation",
+        metavar="START:STOP",
+        help="Also find the saturation point with 1 and 2 api processes, rates from START to STOP.",
+    )
+    parser.add_argument("--only-saturation", action="store_true", help="Run phase 6 alone.")
     parser.add_argument("--loadgen", choices=("raw", "httpx"), default="raw",
                         help="Open-loop load generator: bench/http_load.py or httpx.")  # fmt: skip
     parser.add_argument(
@@ -535,13 +595,21 @@ async def main() -> None:
     LOADGEN = args.loadgen
     if args.only_ab and not args.ab:
         parser.error("--only-ab needs --ab REF")
+    if args.only_saturation and not args.saturation:
+        parser.error("--only-saturation needs --saturation START:STOP")
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores, shared)")
     url = await make_database()
     try:
         s = await setup(url)
-        if not args.only_ab:
+        if args.saturation:
+            first, last = (int(x) for x in args.saturation.split(":"))
+        if args.only_saturation:
+            await saturation(s, url, first, last, args.seconds)
+        elif not args.only_ab:
             rates = [int(r) for r in args.rates.split(",")]
             await phases_1_to_4(s, url, args.count, rates, args.seconds, settle_only=args.settle_only)
+        if args.saturation and not args.only_saturation:
+            await saturation(s, url, first, last, args.seconds)
         if args.ab:
             await ab_test(s, url, args.ab, args.ab_rounds, args.seconds, args.ab_rate)
         await s.payments.pool.close()
