@@ -8,7 +8,15 @@ follow the lifecycle (`EventStream`). The lifecycle is drawn in docs/state_machi
 from paymanager.jobs.admin import set_global_concurrency, set_rate_limit
 from paymanager.jobs.backoff import OUTBOX_SCHEDULE, Backoff, Exponential, Fixed, Schedule
 from paymanager.jobs.context import JobContext
-from paymanager.jobs.enqueue import EnqueueResult, NewJob, enqueue, enqueue_flow, enqueue_many
+from paymanager.jobs.enqueue import (
+    Dedup,
+    EnqueueResult,
+    Flow,
+    NewJob,
+    enqueue,
+    enqueue_flow,
+    enqueue_many,
+)
 from paymanager.jobs.errors import (
     EnqueueError,
     InvalidJobError,
@@ -31,11 +39,13 @@ __all__ = [
     "Backoff",
     "DeadHook",
     "DeadJob",
+    "Dedup",
     "EnqueueError",
     "EnqueueResult",
     "EventStream",
     "Exponential",
     "Fixed",
+    "Flow",
     "InvalidJobError",
     "JobCancelledError",
     "JobContext",

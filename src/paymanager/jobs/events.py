@@ -1,4 +1,5 @@
-"""Lifecycle events (completed, failed, retrying, dead, stalled, progress, cancelled, snoozed).
+"""Lifecycle events (completed, failed, retrying, dead, stalled, progress, cancelled, snoozed,
+active, removed, drained; docs/state_machines.md, "Events", says who publishes each).
 
 Published with PostgreSQL NOTIFY on channel `pm_job_events` (and on Redis pub/sub channel
 `pm:job_events` when a Redis URL is given). A NOTIFY payload is limited to 8000 bytes, so events are
@@ -26,8 +27,9 @@ from paymanager.logging import get_logger
 log = get_logger("paymanager.jobs.events")
 
 EVENT_NAMES = frozenset(
-    {"completed", "failed", "retrying", "dead", "stalled", "progress", "cancelled", "snoozed"}
-)
+    {"completed", "failed", "retrying", "dead", "stalled", "progress", "cancelled", "snoozed",
+     "active", "removed", "drained"}
+)  # fmt: skip
 REDIS_CHANNEL = "pm:job_events"
 # Each event is about 80 bytes of JSON; 60 keep a message well under NOTIFY's 8000-byte limit.
 EVENTS_PER_MESSAGE = 60
@@ -47,6 +49,8 @@ class JobEvent:
     attempt: int | None = None
     progress: float | None = None
     error: str | None = None
+    # `drained`: how many jobs were removed (its id is 0 and its kind empty: it is about a queue).
+    count: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"e": self.event, "id": self.id, "k": self.kind, "q": self.queue}
@@ -56,6 +60,8 @@ class JobEvent:
             data["p"] = self.progress
         if self.error is not None:
             data["err"] = self.error[:ERROR_CHARS_MAX]
+        if self.count is not None:
+            data["n"] = self.count
         return data
 
     @classmethod
@@ -68,6 +74,7 @@ class JobEvent:
             attempt=data.get("a"),
             progress=data.get("p"),
             error=data.get("err"),
+            count=data.get("n"),
         )
 
 
@@ -129,7 +136,7 @@ class EventPublisher:
                 await self.publish(redis_only, notify=False)
         if not notify and self._redis is None:
             return
-        for message in _messages(events):
+        for message in event_messages(events):
             if notify:
                 try:
                     await publish_events(self._pool, channel=CHANNEL_EVENTS, message=message)
@@ -142,7 +149,7 @@ class EventPublisher:
                     log.warning("job events not published to redis", error=repr(exc))
 
 
-def _messages(events: Sequence[JobEvent]) -> list[str]:
+def event_messages(events: Sequence[JobEvent]) -> list[str]:
     """JSON arrays of at most EVENTS_PER_MESSAGE events and NOTIFY_BYTES_MAX bytes each."""
     messages: list[str] = []
     chunk: list[bytes] = []
