@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 import orjson
@@ -22,6 +22,10 @@ from paymanager.jobs.backoff import Backoff
 from paymanager.jobs.errors import InvalidJobError, PayloadTooLargeError, QueueFullError
 from paymanager.jobs.options import ATTEMPTS_MAX, NAME_PATTERN, QUEUE_PATTERN
 from paymanager.jobs.states import JobState
+
+if TYPE_CHECKING:
+    from paymanager.db.database import Database
+    from paymanager.jobs.events import FinishedJob
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
@@ -46,6 +50,12 @@ class EnqueueResult:
     created: bool
     # True when a debounce gave the newest payload and delay to the waiting job `id`.
     replaced: bool = False
+
+    async def wait_until_finished(self, database: Database, timeout_s: float) -> FinishedJob:
+        """`events.wait_until_finished` for this job: how it ended (completed, dead, cancelled)."""
+        from paymanager.jobs.events import wait_until_finished
+
+        return await wait_until_finished(database, self.id, timeout_s)
 
 
 @dataclass(frozen=True, slots=True)
