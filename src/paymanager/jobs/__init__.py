@@ -28,7 +28,15 @@ from paymanager.jobs.errors import (
     QueueFullError,
     RateLimitedError,
 )
-from paymanager.jobs.events import DeadHook, DeadJob, EventStream, JobEvent
+from paymanager.jobs.events import (
+    DeadHook,
+    DeadJob,
+    ErrorHook,
+    EventStream,
+    FinishedJob,
+    JobEvent,
+    wait_until_finished,
+)
 from paymanager.jobs.options import MaintenanceOptions, PeriodicJob, Retention, WorkerOptions
 from paymanager.jobs.registry import Registry
 from paymanager.jobs.states import JobState
@@ -42,8 +50,10 @@ __all__ = [
     "Dedup",
     "EnqueueError",
     "EnqueueResult",
+    "ErrorHook",
     "EventStream",
     "Exponential",
+    "FinishedJob",
     "Fixed",
     "Flow",
     "InvalidJobError",
@@ -70,4 +80,5 @@ __all__ = [
     "enqueue_many",
     "set_global_concurrency",
     "set_rate_limit",
+    "wait_until_finished",
 ]
