@@ -8,6 +8,7 @@ follow the lifecycle (`EventStream`). The lifecycle is drawn in docs/state_machi
 from paymanager.jobs.admin import set_global_concurrency, set_rate_limit
 from paymanager.jobs.backoff import OUTBOX_SCHEDULE, Backoff, Exponential, Fixed, Schedule
 from paymanager.jobs.context import JobContext
+from paymanager.jobs.engine import JobEngine
 from paymanager.jobs.enqueue import (
     Dedup,
     EnqueueResult,
@@ -18,6 +19,7 @@ from paymanager.jobs.enqueue import (
     enqueue_many,
 )
 from paymanager.jobs.errors import (
+    CodecError,
     EnqueueError,
     InvalidJobError,
     JobCancelledError,
@@ -45,6 +47,7 @@ from paymanager.jobs.worker import Worker
 __all__ = [
     "OUTBOX_SCHEDULE",
     "Backoff",
+    "CodecError",
     "DeadHook",
     "DeadJob",
     "Dedup",
@@ -59,6 +62,7 @@ __all__ = [
     "InvalidJobError",
     "JobCancelledError",
     "JobContext",
+    "JobEngine",
     "JobError",
     "JobEvent",
     "JobState",

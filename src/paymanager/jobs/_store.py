@@ -516,6 +516,12 @@ async def remove_job(db: Executor, *, job_id: int) -> RemovedJob | None:
     return RemovedJob(rows[0]["id"], rows[0]["kind"], rows[0]["queue"]) if rows else None
 
 
+async def decodes_json(db: Executor) -> bool:
+    """Whether `db`'s connections decode jsonb to Python objects (the engine's codecs are set)."""
+    rows = await db.fetch(Q["job_codec_check"])
+    return isinstance(rows[0]["value"], dict)
+
+
 async def publish_events(db: Executor, *, channel: str, message: str) -> None:
     await db.fetch(Q["job_events_publish"], channel, message)
 

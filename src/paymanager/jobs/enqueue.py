@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from paymanager.db.pool import Conn, Pool
 from paymanager.jobs import _store as store
 from paymanager.jobs.backoff import Backoff
-from paymanager.jobs.errors import InvalidJobError, PayloadTooLargeError, QueueFullError
+from paymanager.jobs.errors import CodecError, InvalidJobError, PayloadTooLargeError, QueueFullError
 from paymanager.jobs.options import ATTEMPTS_MAX, NAME_PATTERN, QUEUE_PATTERN
 from paymanager.jobs.states import JobState
 
@@ -252,15 +252,21 @@ async def _insert(
     tries_left: int = 3,
 ) -> EnqueueResult:
     backoff_json = backoff.to_json() if backoff is not None else None
-    job_id = await store.insert(
-        conn,
-        store.InsertParams(
-            queue=queue, kind=kind, payload=payload, priority=priority, run_at=run_at, delay_ms=delay_ms,
-            max_attempts=max_attempts, backoff=backoff_json, unique_key=unique_key, timeout_ms=timeout_ms,
-            parent_id=parent_id, state=state, pending_children=pending_children, on_child_dead=on_child_dead,
-            lifo=lifo, parent_policy=parent_policy,
-        ),
-    )  # fmt: skip
+    try:
+        job_id = await store.insert(
+            conn,
+            store.InsertParams(
+                queue=queue, kind=kind, payload=payload, priority=priority, run_at=run_at, delay_ms=delay_ms,
+                max_attempts=max_attempts, backoff=backoff_json, unique_key=unique_key, timeout_ms=timeout_ms,
+                parent_id=parent_id, state=state, pending_children=pending_children,
+                on_child_dead=on_child_dead, lifo=lifo, parent_policy=parent_policy,
+            ),
+        )  # fmt: skip
+    except asyncpg.DataError as exc:
+        # asyncpg's own text for a dict where its default jsonb codec wants a str.
+        if "expected str, got dict" in str(exc):
+            raise CodecError("this connection encodes jsonb as text") from None
+        raise
     if job_id is not None:
         return EnqueueResult(job_id, True)
     if unique_key is not None:

@@ -735,3 +735,7 @@ SELECT id, kind, state, last_error FROM job
 -- name: job_outcome
 -- A job's state, result and last error (wait_until_finished).
 SELECT state, result, last_error FROM job WHERE id = $1
+
+-- name: job_codec_check
+-- What a jsonb value comes back as: a dict with the engine's codecs, text without them.
+SELECT '{}'::jsonb AS value

@@ -34,9 +34,11 @@ from paymanager.jobs._store import (
     Job,
     JsonObject,
     claim,
+    decodes_json,
     promote_due,
 )
 from paymanager.jobs.context import JobContext
+from paymanager.jobs.errors import CodecError
 from paymanager.jobs.events import DeadHook, ErrorHook, EventPublisher, JobEvent, report_error
 from paymanager.jobs.options import CONCURRENCY_MAX, WorkerOptions
 from paymanager.jobs.registry import Registry
@@ -165,6 +167,9 @@ class Worker:
         return len(self._held)
 
     async def start(self) -> None:
+        if not await decodes_json(self._pool):
+            # Handlers would get strings, and every outcome's write would fail (retried for ever).
+            raise CodecError("the worker's pool decodes jsonb as text")
         await self.events.start()
         await self._listener.start()
         await self._limited.load()
