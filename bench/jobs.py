@@ -1,8 +1,12 @@
 """Job engine benchmark: paymanager's engine against PGQueuer, in ONE run on the same PostgreSQL.
 
-    .venv/bin/python bench/jobs.py [--jobs 20000] [--retention-jobs 100000] [--retention-rounds 5]
+    .venv/bin/python bench/jobs.py [--jobs 100000] [--retention-jobs 100000] [--retention-rounds 5]
                                    [--skip-retention] [--only proc1,proc2,latency] [--loop uvloop|asyncio]
-                                   [--beside-limited]
+                                   [--beside-limited] [--pgq-batch sweep|N] [--pgq-sweep 100,250,500,1000]
+
+PGQueuer runs at its best batch size on this machine: with `--pgq-batch sweep` (the default) each
+size of `--pgq-sweep` processes the N jobs with one worker process first, the fastest is printed and
+used for every figure; `--pgq-batch N` fixes it.
 
 Figures (each printed with PGQueuer's figure from the same run and the ratio):
 - processing N pre-queued no-op jobs with 1 and 2 worker processes (leases, heartbeats, fencing on,
@@ -76,7 +80,8 @@ FIGURES = ("bulk", "proc1", "proc2", "single", "latency")
 RATED, RATED_PER_S, RATED_JOBS = "bench.rated", 100, 2_000
 CAPPED, CAPPED_RUNNING, CAPPED_JOBS = "bench.capped", 5, 20_000
 SIDE_JOB_S = 0.005
-PGQ_BATCH = 100
+# PGQueuer's batch_size: chosen by the sweep (bench) and passed to worker processes by environment.
+PGQ_BATCH = int(os.environ.get("BENCH_PGQ_BATCH", "100"))
 LATENCY_JOBS = 200
 LATENCY_GAP_S = 0.020
 SINGLE_ENQUEUES = 2_000
@@ -547,9 +552,29 @@ def report(n: int, rounds: dict[str, list[dict[str, float]]]) -> None:
     for key in ("proc1", "proc2", "p50"):
         if key in o:
             pairs = ", ".join(
-                f"{a[key]:.1f}/{b[key]:.1f}" for a, b in zip(rounds["ours"], rounds["pgq"], strict=True)
+                f"{a[key]:.1f}/{b[key]:.1f} ({a[key] / b[key]:.2f}x)"
+                for a, b in zip(rounds["ours"], rounds["pgq"], strict=True)
             )
-            print(f"  {key} per round (paymanager/PGQueuer): {pairs}")
+            print(f"  {key} per round (paymanager/PGQueuer, ratio): {pairs}")
+
+
+def sweep_pgq_batch(dsn: str, n: int, sizes: list[int]) -> int:
+    """PGQueuer's fastest batch size here: each size processes `n` jobs with one worker process."""
+    global PGQ_BATCH
+    speeds: dict[int, float] = {}
+    for size in sizes:
+        PGQ_BATCH = size
+        os.environ["BENCH_PGQ_BATCH"] = str(size)
+        asyncio.run(reset("pgq", dsn))
+        asyncio.run(pgq_bulk(dsn, n))
+        seconds, _ = process_run("pgq", dsn, 1)
+        speeds[size] = n / seconds
+    best = max(speeds, key=lambda size: speeds[size])
+    shown = ", ".join(f"{size}: {speed:.0f} jobs/s" for size, speed in speeds.items())
+    print(f"# PGQueuer batch sweep (1 process, {n} jobs): {shown}; best {best}", flush=True)
+    PGQ_BATCH = best
+    os.environ["BENCH_PGQ_BATCH"] = str(best)
+    return best
 
 
 def bench(args: argparse.Namespace) -> None:
@@ -560,16 +585,25 @@ def bench(args: argparse.Namespace) -> None:
     only = set(args.only.split(","))
     if unknown := only - set(FIGURES):
         raise SystemExit(f"--only: unknown figures {sorted(unknown)}; choose from {', '.join(FIGURES)}")
-    print(
-        f"# job engine benchmark: {n} jobs, concurrency {CONCURRENCY} per worker process "
-        f"(PGQueuer batch {PGQ_BATCH}), {args.rounds} interleaved rounds, median shown; "
-        f"workers on {os.environ['BENCH_LOOP']}; PostgreSQL at {urlsplit(SERVER).netloc}"
-        + ("; a rate-limited and a globally limited queue beside paymanager's" if beside_limited() else "")
-    )
     created: list[str] = []
     try:
         dsns = {engine: asyncio.run(create_database(engine)) for engine in ("ours", "pgq")}
         created.extend(dsns.values())
+        if args.pgq_batch == "sweep":
+            sweep_pgq_batch(dsns["pgq"], n, [int(v) for v in args.pgq_sweep.split(",")])
+        else:
+            os.environ["BENCH_PGQ_BATCH"] = args.pgq_batch
+            globals()["PGQ_BATCH"] = int(args.pgq_batch)
+        print(
+            f"# job engine benchmark: {n} jobs, concurrency {CONCURRENCY} per worker process "
+            f"(PGQueuer batch {PGQ_BATCH}), {args.rounds} interleaved rounds, median shown; "
+            f"workers on {os.environ['BENCH_LOOP']}; PostgreSQL at {urlsplit(SERVER).netloc}"
+            + (
+                "; a rate-limited and a globally limited queue beside paymanager's"
+                if beside_limited()
+                else ""
+            )
+        )
         rounds: dict[str, list[dict[str, float]]] = {"ours": [], "pgq": []}
         for r in range(args.rounds):
             # Alternate which engine goes first: the machine's load drifts during a run.
@@ -599,7 +633,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--retention-jobs", type=int, default=100_000)
     parser.add_argument("--retention-rounds", type=int, default=5, help="rounds of the retention run")
     parser.add_argument("--rounds", type=int, default=3)
@@ -611,6 +645,8 @@ def main() -> None:
     parser.add_argument(
         "--beside-limited", action="store_true", help="a rate-limited and a globally limited queue run beside"
     )
+    parser.add_argument("--pgq-batch", default="sweep", help="PGQueuer's batch size, or `sweep`")
+    parser.add_argument("--pgq-sweep", default="100,250,500,1000", help="the sizes the sweep tries")
     args = parser.parse_args()
     # Worker processes read them from the environment they inherit.
     os.environ["BENCH_LOOP"] = args.loop

@@ -1,4 +1,5 @@
-"""`paymanager jobs ...`: list, inspect, retry, replay, cancel, pause/resume, limits, prune, stats."""
+"""`paymanager jobs ...`: list, inspect, retry, replay, cancel, change, promote, remove, drain,
+obliterate, pause/resume, limits, prune, stats."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _with_conn(action: Callable[[Any], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(run())
-    except ValueError as exc:
+    except (ValueError, admin.QueueBusyError) as exc:
         # What the admin API refuses (a bad queue name, a job id out of range): a message, exit 2.
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -117,6 +118,81 @@ def cancel(job_id: int) -> None:
         typer.echo(f"job {job_id} is finished or does not exist", err=True)
         raise typer.Exit(1)
     typer.echo(f"job {job_id}: {result.outcome}")
+
+
+@jobs_app.command()
+def change(
+    job_id: int,
+    payload: Annotated[str | None, typer.Option(help="The new payload, a JSON object.")] = None,
+    priority: Annotated[int | None, typer.Option(help="The new priority (lower runs first).")] = None,
+    delay_ms: Annotated[int | None, typer.Option(help="Run this many ms from now (0: at once).")] = None,
+) -> None:
+    """Change a job that has not started: its payload, priority or delay."""
+    data: dict[str, Any] | None = None
+    if payload is not None:
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            typer.echo("error: --payload must be a JSON object", err=True)
+            raise typer.Exit(2)
+    state = _with_conn(
+        lambda c: admin.change_job(c, job_id, payload=data, priority=priority, delay_ms=delay_ms)
+    )
+    if state is None:
+        typer.echo(f"job {job_id} has started, finished or does not exist", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"job {job_id} changed ({state})")
+
+
+@jobs_app.command()
+def promote(job_id: int) -> None:
+    """Run a scheduled (delayed) or retryable job now, its attempts unchanged."""
+    if not _with_conn(lambda c: admin.promote_job(c, job_id)):
+        typer.echo(f"job {job_id} is not scheduled or retryable", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"job {job_id} is available")
+
+
+@jobs_app.command()
+def remove(job_id: int) -> None:
+    """Delete a job that is not running."""
+    if not _with_conn(lambda c: admin.remove_job(c, job_id)):
+        typer.echo(f"job {job_id} is running or does not exist", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"job {job_id} removed")
+
+
+def _confirm(what: str, yes: bool) -> None:
+    # A destructive command asks first; --yes answers for scripts.
+    if not yes and not typer.confirm(what, default=False):
+        typer.echo("nothing done", err=True)
+        raise typer.Exit(1)
+
+
+@jobs_app.command()
+def drain(
+    queue: str,
+    keep_delayed: Annotated[bool, typer.Option(help="Keep scheduled and retryable jobs.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete the jobs of a queue waiting to run (running and finished jobs stay)."""
+    _confirm(f"Delete every waiting job of queue {queue}?", yes)
+    n = _with_conn(lambda c: admin.drain_queue(c, queue, delayed=not keep_delayed))
+    typer.echo(f"queue {queue}: drained {n} job(s)")
+
+
+@jobs_app.command()
+def obliterate(
+    queue: str,
+    force: Annotated[bool, typer.Option(help="Delete running jobs too.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a queue: every job of it, its history included, and its settings."""
+    _confirm(f"Delete queue {queue}, every job of it and its history?", yes)
+    n = _with_conn(lambda c: admin.obliterate_queue(c, queue, force=force))
+    typer.echo(f"queue {queue}: obliterated ({n} job(s) deleted)")
 
 
 @jobs_app.command()

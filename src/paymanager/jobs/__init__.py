@@ -8,8 +8,18 @@ follow the lifecycle (`EventStream`). The lifecycle is drawn in docs/state_machi
 from paymanager.jobs.admin import set_global_concurrency, set_rate_limit
 from paymanager.jobs.backoff import OUTBOX_SCHEDULE, Backoff, Exponential, Fixed, Schedule
 from paymanager.jobs.context import JobContext
-from paymanager.jobs.enqueue import EnqueueResult, NewJob, enqueue, enqueue_flow, enqueue_many
+from paymanager.jobs.engine import JobEngine
+from paymanager.jobs.enqueue import (
+    Dedup,
+    EnqueueResult,
+    Flow,
+    NewJob,
+    enqueue,
+    enqueue_flow,
+    enqueue_many,
+)
 from paymanager.jobs.errors import (
+    CodecError,
     EnqueueError,
     InvalidJobError,
     JobCancelledError,
@@ -20,7 +30,15 @@ from paymanager.jobs.errors import (
     QueueFullError,
     RateLimitedError,
 )
-from paymanager.jobs.events import DeadHook, DeadJob, EventStream, JobEvent
+from paymanager.jobs.events import (
+    DeadHook,
+    DeadJob,
+    ErrorHook,
+    EventStream,
+    FinishedJob,
+    JobEvent,
+    wait_until_finished,
+)
 from paymanager.jobs.options import MaintenanceOptions, PeriodicJob, Retention, WorkerOptions
 from paymanager.jobs.registry import Registry
 from paymanager.jobs.states import JobState
@@ -29,16 +47,22 @@ from paymanager.jobs.worker import Worker
 __all__ = [
     "OUTBOX_SCHEDULE",
     "Backoff",
+    "CodecError",
     "DeadHook",
     "DeadJob",
+    "Dedup",
     "EnqueueError",
     "EnqueueResult",
+    "ErrorHook",
     "EventStream",
     "Exponential",
+    "FinishedJob",
     "Fixed",
+    "Flow",
     "InvalidJobError",
     "JobCancelledError",
     "JobContext",
+    "JobEngine",
     "JobError",
     "JobEvent",
     "JobState",
@@ -60,4 +84,5 @@ __all__ = [
     "enqueue_many",
     "set_global_concurrency",
     "set_rate_limit",
+    "wait_until_finished",
 ]

@@ -17,7 +17,7 @@ from paymanager.jobs._outcomes import Completion, Failure
 from paymanager.jobs._pinned import PinnedConnection
 from paymanager.jobs._store import complete_many, fail_many
 from paymanager.jobs.context import JobContext
-from paymanager.jobs.events import DeadHook, DeadJob, EventPublisher, JobEvent
+from paymanager.jobs.events import DeadHook, DeadJob, ErrorHook, EventPublisher, JobEvent, report_error
 from paymanager.jobs.states import JobState
 from paymanager.logging import get_logger
 
@@ -51,6 +51,8 @@ class Completer:
     ) -> None:
         self._conn = conn
         self._batch_max = batch_max
+        # The worker's `error` hook (Worker's on_error).
+        self.on_error: ErrorHook | None = None
         self._events = events
         self._forget = forget
         self._requeued = requeued
@@ -150,6 +152,7 @@ class Completer:
                 return
             except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
                 log.warning("writing job outcomes failed", error=str(exc), attempt=attempt)
+                report_error(self.on_error, "outcomes", exc)
                 await asyncio.sleep(RETRY_DELAY_S)
         log.error("job outcomes dropped after repeated failures; their leases will expire")
 

@@ -108,11 +108,21 @@ class JobExecutor:
     async def _call(self, ctx: JobContext, spec: HandlerSpec | None) -> object:
         if spec is None:
             raise PermanentError(f"no handler is registered for job kind {ctx.kind!r}")
+        if spec.payload_model is not None or spec.result_model is not None:
+            return await self._call_typed(ctx, spec)
         if spec.is_async:
             return await spec.handler(ctx)
         loop = asyncio.get_running_loop()
         # A thread cannot be interrupted: on timeout the job fails, but the thread runs to its end.
         return await loop.run_in_executor(self._threads, spec.handler, ctx)
+
+    async def _call_typed(self, ctx: JobContext, spec: HandlerSpec) -> object:
+        args: tuple[object, ...] = (ctx,) if spec.payload_model is None else (spec.model_of(ctx.payload), ctx)
+        if spec.is_async:
+            value = await spec.handler(*args)
+        else:
+            value = await asyncio.get_running_loop().run_in_executor(self._threads, spec.handler, *args)
+        return spec.result_of(value if value is not None else ctx.result)
 
     async def run_watchdog(self) -> None:
         while True:

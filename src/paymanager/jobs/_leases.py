@@ -17,6 +17,7 @@ import asyncpg
 from paymanager.db.pool import Pool
 from paymanager.jobs._store import Lease, extend_leases, release_many
 from paymanager.jobs.context import JobContext
+from paymanager.jobs.events import ErrorHook, report_error
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.jobs.leases")
@@ -44,6 +45,8 @@ class Leases:
         self._outcome_pending = outcome_pending
         # Attempts running or waiting for their outcome's write, by lease token.
         self.held: dict[uuid.UUID, Held] = {}
+        # The worker's `error` hook (Worker's on_error).
+        self.on_error: ErrorHook | None = None
 
     def hold(self, ctx: JobContext, deadline: float) -> Held:
         held = Held(ctx, deadline)
@@ -63,6 +66,7 @@ class Leases:
                 await self.heartbeat()
             except DB_ERRORS as exc:
                 log.warning("job heartbeat failed", error=str(exc), held=len(self.held))
+                report_error(self.on_error, "heartbeat", exc)
 
     async def heartbeat(self) -> None:
         """Extend every held lease in one statement; flag lost leases and cancellations."""

@@ -441,6 +441,87 @@ async def children_results(db: Executor, *, parent_id: int) -> dict[int, object]
     return {int(row["id"]): row["result"] for row in rows}
 
 
+async def children_failures(db: Executor, *, parent_id: int) -> list[JsonObject]:
+    """A flow parent's dead and cancelled children (id, kind, state, last_error)."""
+    rows = await db.fetch(Q["job_children_failures"], parent_id)
+    return [dict(row) for row in rows]
+
+
+async def append_log(db: Executor, *, job_id: int, lease_token: uuid.UUID, line: str, keep: int) -> bool:
+    """Append a log line to a job still held under `lease_token` (the newest `keep` stay)."""
+    return bool(await db.fetch(Q["job_log_append"], job_id, lease_token, line, keep))
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    state: JobState
+    result: object
+    last_error: JsonObject | None
+
+
+async def outcome(db: Executor, *, job_id: int) -> Outcome | None:
+    """A job's state, result and last error; None when it does not exist."""
+    rows = await db.fetch(Q["job_outcome"], job_id)
+    if not rows:
+        return None
+    return Outcome(JobState(rows[0]["state"]), rows[0]["result"], rows[0]["last_error"])
+
+
+async def change_job(
+    db: Executor, *, job_id: int, payload: JsonObject | None, priority: int | None, delay_ms: int | None
+) -> JobState | None:
+    """Change a job that has not started; its state after, or None when it has started or is gone."""
+    rows = await db.fetch(Q["job_change"], job_id, payload, priority, delay_ms)
+    return JobState(rows[0]["state"]) if rows else None
+
+
+async def promote_job(db: Executor, *, job_id: int) -> bool:
+    """Make a scheduled or retryable job available now; False if it is not one."""
+    return bool(await db.fetch(Q["job_promote"], job_id))
+
+
+async def cancel_children_in_queue(db: Executor, *, queue: str, states: Sequence[JobState]) -> list[int]:
+    """Cancel the flow children of `queue` in `states` (before they are removed); their ids."""
+    rows = await db.fetch(Q["job_cancel_children_in_queue"], queue, [s.value for s in states])
+    return [int(row["id"]) for row in rows]
+
+
+async def delete_in_queue(
+    db: Executor, *, queue: str, states: Sequence[JobState], ids: Sequence[int], batch_max: int
+) -> int:
+    rows = await db.fetch(Q["job_delete_in_queue"], queue, [s.value for s in states], list(ids), batch_max)
+    return int(rows[0][0])
+
+
+async def delete_queue_settings(db: Executor, *, queue: str) -> None:
+    await db.fetch(Q["job_queue_delete"], queue)
+
+
+async def count_running_in_queue(db: Executor, *, queue: str) -> int:
+    rows = await db.fetch(Q["job_count_running_in_queue"], queue)
+    return int(rows[0][0])
+
+
+@dataclass(frozen=True, slots=True)
+class RemovedJob:
+    id: int
+    kind: str
+    queue: str
+
+
+async def remove_job(db: Executor, *, job_id: int) -> RemovedJob | None:
+    """Remove a job that is not running (a flow child is cancelled first); None otherwise."""
+    await db.fetch(Q["job_cancel_one_child"], job_id)
+    rows = await db.fetch(Q["job_remove"], job_id)
+    return RemovedJob(rows[0]["id"], rows[0]["kind"], rows[0]["queue"]) if rows else None
+
+
+async def decodes_json(db: Executor) -> bool:
+    """Whether `db`'s connections decode jsonb to Python objects (the engine's codecs are set)."""
+    rows = await db.fetch(Q["job_codec_check"])
+    return isinstance(rows[0]["value"], dict)
+
+
 async def publish_events(db: Executor, *, channel: str, message: str) -> None:
     await db.fetch(Q["job_events_publish"], channel, message)
 
@@ -467,6 +548,10 @@ class InsertParams:
     state: JobState | None
     pending_children: int
     on_child_dead: str
+    # Runs before the waiting jobs of its priority, the newest first.
+    lifo: bool = False
+    # What this job's death does to its parent (None: the parent's on_child_dead).
+    parent_policy: str | None = None
 
 
 async def insert(db: Executor, params: InsertParams) -> int | None:
@@ -475,9 +560,41 @@ async def insert(db: Executor, params: InsertParams) -> int | None:
     rows = await db.fetch(
         Q["job_insert"], p.queue, p.kind, p.payload, p.priority, p.run_at, p.delay_ms, p.max_attempts,
         p.backoff, p.unique_key, p.timeout_ms, p.parent_id, p.state.value if p.state is not None else None,
-        p.pending_children, p.on_child_dead,
+        p.pending_children, p.on_child_dead, p.lifo, p.parent_policy,
     )  # fmt: skip
     return int(rows[0]["id"]) if rows else None
+
+
+# --- deduplication -----------------------------------------------------------------------------------
+
+
+async def dedup_take(db: Executor, *, key: str, ttl_ms: int, debounce: bool) -> bool:
+    """Take deduplication `key` for `ttl_ms` unless it is held; True when taken."""
+    return bool(await db.fetch(Q["job_dedup_take"], key, ttl_ms, debounce))
+
+
+async def dedup_set_job(db: Executor, *, key: str, job_id: int) -> None:
+    await db.fetch(Q["job_dedup_set_job"], key, job_id)
+
+
+async def dedup_holder(db: Executor, *, key: str) -> int | None:
+    """The job that holds `key` (None: no row, or its job is not written yet)."""
+    rows = await db.fetch(Q["job_dedup_holder"], key)
+    return int(rows[0]["job_id"]) if rows and rows[0]["job_id"] is not None else None
+
+
+async def dedup_replace(
+    db: Executor, *, key: str, payload: JsonObject, run_at: datetime | None, delay_ms: int | None, ttl_ms: int
+) -> int | None:
+    """Debounce: the waiting job holding `key` takes `payload` and a new run time; its id, or None
+    when it has started."""
+    rows = await db.fetch(Q["job_dedup_replace"], key, payload, run_at, ttl_ms, delay_ms)
+    return int(rows[0]["id"]) if rows else None
+
+
+async def dedup_prune(db: Executor, *, batch_max: int) -> int:
+    """Delete up to `batch_max` expired deduplication keys; returns how many."""
+    return len(await db.fetch(Q["job_dedup_prune"], batch_max))
 
 
 async def find_unfinished_by_key(db: Executor, *, unique_key: str) -> int | None:

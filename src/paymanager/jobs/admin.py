@@ -1,4 +1,5 @@
-"""Administration: list and inspect jobs, retry, replay dead jobs, cancel, pause/resume, prune, stats.
+"""Administration: list and inspect jobs, retry, replay dead jobs, cancel, change, promote, remove,
+drain and obliterate, pause/resume, prune, stats.
 
 Used by the `paymanager jobs` CLI and the admin API. Every function takes a connection; listings are
 bounded (LIST_LIMIT_MAX) and paginated by id.
@@ -15,9 +16,12 @@ import asyncpg
 
 from paymanager.db.pool import Conn
 from paymanager.jobs import _store as store
+from paymanager.jobs._queries import CHANNEL_EVENTS
 
 # Re-exported: list_queues returns it.
 from paymanager.jobs._store import QueueSettings as QueueSettings
+from paymanager.jobs.enqueue import PRIORITY_MAX, PRIORITY_MIN, TIMEOUT_MS_MAX, payload_json
+from paymanager.jobs.events import JobEvent, event_messages
 from paymanager.jobs.options import (
     GLOBAL_CONCURRENCY_MAX,
     PRUNE_BATCH_MAX,
@@ -36,6 +40,13 @@ JOB_ID_MAX = 2**63 - 1
 # A revival that meets a unique key taken meanwhile (a concurrent enqueue, retry or replay) is run
 # again: the next statement sees the holder and leaves that job dead.
 REVIVE_TRIES = 3
+# Drain and obliterate delete in batches of this many, each its own statement.
+REMOVE_BATCH = 10_000
+_WAITING = (JobState.AVAILABLE,)
+_DELAYED = (JobState.SCHEDULED, JobState.RETRYABLE)
+_UNFINISHED_NOT_RUNNING = (
+    JobState.AVAILABLE, JobState.SCHEDULED, JobState.RETRYABLE, JobState.WAITING_CHILDREN,
+)  # fmt: skip
 _RATE_TEXT = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(ms|s|m|h)\s*$")
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
 
@@ -209,4 +220,100 @@ async def prune(
     for queue in await store.finished_queues(conn):
         chosen = (retention_by_queue or {}).get(queue, retention)
         total += await prune_queue(conn, queue, chosen, now=now, batch_max=batch_max)
+    await store.dedup_prune(conn, batch_max=batch_max)
     return total
+
+
+async def change_job(
+    conn: Conn,
+    job_id: int,
+    *,
+    payload: dict[str, Any] | None = None,
+    priority: int | None = None,
+    delay_ms: int | None = None,
+) -> JobState | None:
+    """Change a job that has not started: its payload, its priority, or its delay (from now; 0 makes
+    it available at once). Returns its state after, or None when it has started, finished or is
+    gone (nothing changed). A flow parent waiting for its children takes no delay."""
+    _check_id(job_id)
+    if priority is not None and not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValueError(f"priority must be within [{PRIORITY_MIN}, {PRIORITY_MAX}], got {priority}")
+    if delay_ms is not None and not 0 <= delay_ms <= TIMEOUT_MS_MAX * 366:
+        raise ValueError(f"delay_ms must be within [0, one year], got {delay_ms}")
+    stored = payload_json(payload) if payload is not None else None
+    if stored is not None and not isinstance(stored, dict):
+        raise ValueError("payload must be a JSON object")
+    return await store.change_job(conn, job_id=job_id, payload=stored, priority=priority, delay_ms=delay_ms)
+
+
+async def promote_job(conn: Conn, job_id: int) -> bool:
+    """Run a scheduled (delayed) or retryable job now, its attempts unchanged; False if it is
+    neither."""
+    _check_id(job_id)
+    return await store.promote_job(conn, job_id=job_id)
+
+
+async def remove_job(conn: Conn, job_id: int) -> bool:
+    """Delete a job that is not running (a `removed` event); a flow child not finished is cancelled
+    first, so its parent follows its failure policy. False when it runs or does not exist."""
+    _check_id(job_id)
+    async with conn.transaction():
+        removed = await store.remove_job(conn, job_id=job_id)
+        if removed is None:
+            return False
+        await _publish(conn, [JobEvent("removed", removed.id, removed.kind, removed.queue)])
+    return True
+
+
+async def drain_queue(conn: Conn, queue: str, *, delayed: bool = True) -> int:
+    """Delete the jobs of `queue` waiting to run: available ones, and scheduled and retryable ones
+    unless `delayed` is False. Running jobs, flow parents waiting for their children and finished
+    jobs stay. A removed flow child is cancelled first, so its parent follows its failure policy.
+    Publishes one `drained` event; returns how many jobs were deleted."""
+    _check_queue(queue)
+    states = _WAITING + (_DELAYED if delayed else ())
+    total = await _delete_queue_jobs(conn, queue, states)
+    await _publish(conn, [JobEvent("drained", 0, "", queue, count=total)])
+    return total
+
+
+class QueueBusyError(Exception):
+    """Obliterate refused: jobs of the queue are running (pass force to delete them anyway)."""
+
+
+async def obliterate_queue(conn: Conn, queue: str, *, force: bool = False) -> int:
+    """Delete `queue`: every job of it in any state (its history included) and its settings. A queue
+    with running jobs is refused (QueueBusyError) unless `force`: their workers' outcomes then match
+    no row. Unfinished flow children are cancelled first, so parents in other queues follow their
+    failure policy. Publishes one `drained` event; returns how many jobs were deleted."""
+    _check_queue(queue)
+    running = await store.count_running_in_queue(conn, queue=queue)
+    if running and not force:
+        raise QueueBusyError(f"queue {queue} has {running} running job(s); stop them or force")
+    every = tuple(JobState)
+    total = await _delete_queue_jobs(conn, queue, every)
+    await store.delete_queue_settings(conn, queue=queue)
+    await _publish(conn, [JobEvent("drained", 0, "", queue, count=total)])
+    return total
+
+
+async def _delete_queue_jobs(conn: Conn, queue: str, states: tuple[JobState, ...]) -> int:
+    unfinished = [s for s in states if s in _UNFINISHED_NOT_RUNNING or s is JobState.RUNNING]
+    async with conn.transaction():
+        # The flow children cancelled here are deleted with the rest (by id: they are `cancelled`).
+        cancelled = await store.cancel_children_in_queue(conn, queue=queue, states=unfinished)
+        total = 0
+        while True:
+            n = await store.delete_in_queue(
+                conn, queue=queue, states=states, ids=cancelled, batch_max=REMOVE_BATCH
+            )
+            total += n
+            if n < REMOVE_BATCH:
+                break
+    return total
+
+
+async def _publish(conn: Conn, events: list[JobEvent]) -> None:
+    # On the caller's connection: delivered when its transaction commits, never for a rollback.
+    for message in event_messages(events):
+        await store.publish_events(conn, channel=CHANNEL_EVENTS, message=message)

@@ -14,6 +14,9 @@ from paymanager.jobs import _store as store
 from paymanager.jobs.errors import JobCancelledError, LeaseLostError
 
 SNOOZE_MS_MAX = 30 * 86_400_000
+# ctx.log: the newest lines kept with a job, and the longest line kept (longer ones are cut).
+LOG_LINES_MAX = 100
+LOG_LINE_CHARS_MAX = 1_000
 
 
 class SnoozeRequest(BaseException):
@@ -107,3 +110,20 @@ class JobContext:
     async def children_results(self) -> dict[int, Any]:
         """A flow parent's children and their results, by child id."""
         return await store.children_results(self._pool, parent_id=self.id)
+
+    async def children_failures(self) -> list[dict[str, Any]]:
+        """A flow parent's dead and cancelled children (id, kind, state, last_error): what a
+        parent run under the "continue" or "ignore" policy reports."""
+        return await store.children_failures(self._pool, parent_id=self.id)
+
+    async def log(self, line: str) -> None:
+        """Keep `line` with the job (the newest LOG_LINES_MAX, each cut to LOG_LINE_CHARS_MAX
+        characters), shown by `paymanager jobs show`. One statement per line: for a few lines
+        per attempt, not a stream. LeaseLostError when the job moved on."""
+        found = await store.append_log(
+            self._pool, job_id=self.id, lease_token=self.lease_token, line=str(line)[:LOG_LINE_CHARS_MAX],
+            keep=LOG_LINES_MAX,
+        )  # fmt: skip
+        if not found:
+            self.lease_lost.set()
+            raise LeaseLostError(self.id)

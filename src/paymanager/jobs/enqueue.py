@@ -1,7 +1,8 @@
 """Enqueueing on the caller's connection: the job commits or rolls back with the caller's change.
 
-`enqueue` writes one job (with every option), `enqueue_many` many plain jobs in one statement, and
-`enqueue_flow` a parent with its children, the parent waiting in `waiting_children`.
+`enqueue` writes one job (with every option: a unique key, a deduplication key, LIFO), `enqueue_many`
+many plain jobs in one statement, and `enqueue_flow` a parent with its children (each child may be a
+flow itself), the parent waiting in `waiting_children`.
 """
 
 from __future__ import annotations
@@ -9,34 +10,70 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 import orjson
+from pydantic import BaseModel
 
 from paymanager.db.pool import Conn, Pool
 from paymanager.jobs import _store as store
 from paymanager.jobs.backoff import Backoff
-from paymanager.jobs.errors import InvalidJobError, PayloadTooLargeError, QueueFullError
+from paymanager.jobs.errors import CodecError, InvalidJobError, PayloadTooLargeError, QueueFullError
 from paymanager.jobs.options import ATTEMPTS_MAX, NAME_PATTERN, QUEUE_PATTERN
 from paymanager.jobs.states import JobState
+
+if TYPE_CHECKING:
+    from paymanager.db.database import Database
+    from paymanager.jobs.events import FinishedJob
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 TIMEOUT_MS_MAX = 86_400_000
 UNIQUE_KEY_CHARS_MAX = 512
+DEDUP_TTL_MS_MAX = 366 * 86_400_000
+# A deduplicated enqueue that meets its key's job starting between two statements tries again.
+DEDUP_TRIES = 3
 # One multi-row statement carries at most this many jobs; enqueue_many splits larger inputs.
 INSERT_MANY_CHUNK = 5_000
 FLOW_CHILDREN_MAX = 1_000
 
-ChildPolicy = Literal["fail", "ignore"]
+ChildPolicy = Literal["fail", "ignore", "continue"]
+CHILD_POLICIES = ("fail", "ignore", "continue")
 
 
 @dataclass(frozen=True, slots=True)
 class EnqueueResult:
     id: int
-    # False when an unfinished job already held the unique key: `id` is that job's.
+    # False when an unfinished job already held the unique key, or a job held the deduplication
+    # key: `id` is that job's.
     created: bool
+    # True when a debounce gave the newest payload and delay to the waiting job `id`.
+    replaced: bool = False
+
+    async def wait_until_finished(self, database: Database, timeout_s: float) -> FinishedJob:
+        """`events.wait_until_finished` for this job: how it ended (completed, dead, cancelled)."""
+        from paymanager.jobs.events import wait_until_finished
+
+        return await wait_until_finished(database, self.id, timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Dedup:
+    """A deduplication key held for `ttl_ms` from the enqueue that took it, whatever its job's
+    state (throttle); with `debounce`, held only while its job still waits, and each enqueue that
+    meets it gives that job its payload and delay and starts the time to live again.
+    docs/state_machines.md, "Deduplication", compares it with the unique key."""
+
+    key: str
+    ttl_ms: int
+    debounce: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.key) <= UNIQUE_KEY_CHARS_MAX:
+            raise InvalidJobError(f"a deduplication key must be 1 to {UNIQUE_KEY_CHARS_MAX} characters")
+        if not 1 <= self.ttl_ms <= DEDUP_TTL_MS_MAX:
+            raise InvalidJobError(f"a deduplication ttl_ms must be within [1, {DEDUP_TTL_MS_MAX}]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +81,28 @@ class NewJob:
     """One job for `enqueue_many` or a flow."""
 
     kind: str
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, Any] | BaseModel = field(default_factory=dict)
     queue: str = "default"
     priority: int = 0
     run_at: datetime | None = None
     max_attempts: int | None = None
     backoff: Backoff | None = None
     timeout_ms: int | None = None
+    # As a flow's child: what its death does to its parent (None: the parent's policy).
+    on_dead: ChildPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """A flow: `parent` runs once its `children` finished; a child may be a Flow itself (any depth).
+    `on_child_dead` is the parent's policy for a child that is dead or cancelled; a child's own
+    `on_dead` (on a NewJob, or on a Flow as its parent's child) wins over it."""
+
+    parent: NewJob
+    children: Sequence[NewJob | Flow]
+    on_child_dead: ChildPolicy = "fail"
+    # This flow's policy as a child of an enclosing flow (None: the enclosing parent's).
+    on_dead: ChildPolicy | None = None
 
 
 def validate_job(
@@ -83,7 +135,7 @@ def validate_job(
 async def enqueue(
     conn: Conn,
     kind: str,
-    payload: dict[str, Any],
+    payload: dict[str, Any] | BaseModel,
     *,
     queue: str = "default",
     priority: int = 0,
@@ -95,22 +147,87 @@ async def enqueue(
     timeout_ms: int | None = None,
     parent_id: int | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    dedup: Dedup | None = None,
+    lifo: bool = False,
 ) -> EnqueueResult:
     """Write one job on `conn` (inside the caller's transaction, if any).
 
     With `unique_key`, enqueueing again while a job holding the key is unfinished returns that job
-    with `created=False`. A queue at its maximum depth raises `QueueFullError`.
+    with `created=False`. With `dedup`, a key held for a time (throttle) or while its job waits
+    (debounce: that job takes this payload and delay, `replaced=True`). With `lifo`, the job runs
+    before the waiting jobs of its priority, the newest first. A queue at its maximum depth raises
+    `QueueFullError`. `payload` may be a pydantic model (stored as its JSON form).
     """
+    payload = payload_json(payload)
     validate_job(kind, queue, payload, priority, max_attempts, timeout_ms, max_payload_bytes)
     if delay_ms is not None and not 0 <= delay_ms <= TIMEOUT_MS_MAX * 366:
         raise InvalidJobError(f"delay_ms must be within [0, one year], got {delay_ms}")
     if unique_key is not None and not 1 <= len(unique_key) <= UNIQUE_KEY_CHARS_MAX:
         raise InvalidJobError(f"unique_key must be 1 to {UNIQUE_KEY_CHARS_MAX} characters")
+    if lifo and (run_at is not None or delay_ms):
+        raise InvalidJobError("a LIFO job runs now: give it no run_at or delay_ms")
+    if dedup is not None:
+        if unique_key is not None:
+            raise InvalidJobError("give a job a unique_key or a dedup key, not both")
+        if parent_id is not None:
+            raise InvalidJobError("a flow's child cannot be deduplicated")
+        return await _enqueue_deduplicated(
+            conn, kind, payload, dedup, queue=queue, priority=priority, run_at=run_at, delay_ms=delay_ms,
+            max_attempts=max_attempts, backoff=backoff, timeout_ms=timeout_ms, lifo=lifo,
+        )  # fmt: skip
     return await _insert(
         conn, kind, payload, queue=queue, priority=priority, run_at=run_at, delay_ms=delay_ms,
         max_attempts=max_attempts, backoff=backoff, unique_key=unique_key, timeout_ms=timeout_ms,
-        parent_id=parent_id,
+        parent_id=parent_id, lifo=lifo,
     )  # fmt: skip
+
+
+def payload_json(payload: dict[str, Any] | BaseModel) -> dict[str, Any]:
+    """A payload as stored: a dict as given, a pydantic model as its JSON form."""
+    if isinstance(payload, BaseModel):
+        return payload.model_dump(mode="json")
+    return payload
+
+
+async def _enqueue_deduplicated(
+    conn: Conn,
+    kind: str,
+    payload: dict[str, Any],
+    dedup: Dedup,
+    *,
+    queue: str,
+    priority: int,
+    run_at: datetime | None,
+    delay_ms: int | None,
+    max_attempts: int | None,
+    backoff: Backoff | None,
+    timeout_ms: int | None,
+    lifo: bool,
+) -> EnqueueResult:
+    # One transaction (a savepoint in the caller's): the key and its job are written together, and
+    # a job refused (QueueFullError) leaves the key as it was.
+    async with conn.transaction():
+        for _ in range(DEDUP_TRIES):
+            if await store.dedup_take(conn, key=dedup.key, ttl_ms=dedup.ttl_ms, debounce=dedup.debounce):
+                result = await _insert(
+                    conn, kind, payload, queue=queue, priority=priority, run_at=run_at, delay_ms=delay_ms,
+                    max_attempts=max_attempts, backoff=backoff, unique_key=None, timeout_ms=timeout_ms,
+                    parent_id=None, lifo=lifo,
+                )  # fmt: skip
+                await store.dedup_set_job(conn, key=dedup.key, job_id=result.id)
+                return result
+            if not dedup.debounce:
+                holder = await store.dedup_holder(conn, key=dedup.key)
+                if holder is not None:
+                    return EnqueueResult(holder, False)
+                continue
+            replaced = await store.dedup_replace(
+                conn, key=dedup.key, payload=payload, run_at=run_at, delay_ms=delay_ms, ttl_ms=dedup.ttl_ms
+            )
+            if replaced is not None:
+                return EnqueueResult(replaced, False, replaced=True)
+            # Its job started between the two statements: the key is free for a new job now.
+    raise InvalidJobError(f"deduplication key {dedup.key!r} is contended; enqueue again")
 
 
 async def _insert(
@@ -130,17 +247,26 @@ async def _insert(
     state: JobState | None = None,
     pending_children: int = 0,
     on_child_dead: ChildPolicy = "fail",
+    parent_policy: ChildPolicy | None = None,
+    lifo: bool = False,
     tries_left: int = 3,
 ) -> EnqueueResult:
     backoff_json = backoff.to_json() if backoff is not None else None
-    job_id = await store.insert(
-        conn,
-        store.InsertParams(
-            queue=queue, kind=kind, payload=payload, priority=priority, run_at=run_at, delay_ms=delay_ms,
-            max_attempts=max_attempts, backoff=backoff_json, unique_key=unique_key, timeout_ms=timeout_ms,
-            parent_id=parent_id, state=state, pending_children=pending_children, on_child_dead=on_child_dead,
-        ),
-    )  # fmt: skip
+    try:
+        job_id = await store.insert(
+            conn,
+            store.InsertParams(
+                queue=queue, kind=kind, payload=payload, priority=priority, run_at=run_at, delay_ms=delay_ms,
+                max_attempts=max_attempts, backoff=backoff_json, unique_key=unique_key, timeout_ms=timeout_ms,
+                parent_id=parent_id, state=state, pending_children=pending_children,
+                on_child_dead=on_child_dead, lifo=lifo, parent_policy=parent_policy,
+            ),
+        )  # fmt: skip
+    except asyncpg.DataError as exc:
+        # asyncpg's own text for a dict where its default jsonb codec wants a str.
+        if "expected str, got dict" in str(exc):
+            raise CodecError("this connection encodes jsonb as text") from None
+        raise
     if job_id is not None:
         return EnqueueResult(job_id, True)
     if unique_key is not None:
@@ -159,7 +285,7 @@ async def _insert(
         conn, kind, payload, queue=queue, priority=priority, run_at=run_at, delay_ms=delay_ms,
         max_attempts=max_attempts, backoff=backoff, unique_key=unique_key, timeout_ms=timeout_ms,
         parent_id=parent_id, state=state, pending_children=pending_children, on_child_dead=on_child_dead,
-        tries_left=tries_left - 1,
+        parent_policy=parent_policy, lifo=lifo, tries_left=tries_left - 1,
     )  # fmt: skip
 
 
@@ -173,15 +299,16 @@ async def enqueue_many(
     ids: list[int] = []
     for start in range(0, len(jobs), INSERT_MANY_CHUNK):
         chunk = jobs[start : start + INSERT_MANY_CHUNK]
-        for job in chunk:
+        payloads = [payload_json(j.payload) for j in chunk]
+        for job, payload in zip(chunk, payloads, strict=True):
             validate_job(
-                job.kind, job.queue, job.payload, job.priority, job.max_attempts, job.timeout_ms,
+                job.kind, job.queue, payload, job.priority, job.max_attempts, job.timeout_ms,
                 max_payload_bytes,
             )  # fmt: skip
         params = store.InsertManyParams(
             queues=[j.queue for j in chunk],
             kinds=[j.kind for j in chunk],
-            payloads=[j.payload for j in chunk],
+            payloads=payloads,
             priorities=[j.priority for j in chunk],
             run_ats=[j.run_at for j in chunk],
             max_attempts=[j.max_attempts for j in chunk],
@@ -194,44 +321,80 @@ async def enqueue_many(
 
 async def enqueue_flow(
     conn: Conn | Pool,
-    parent: NewJob,
-    children: Sequence[NewJob],
+    parent: NewJob | Flow,
+    children: Sequence[NewJob | Flow] = (),
     *,
     on_child_dead: ChildPolicy = "fail",
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> tuple[int, list[int]]:
-    """Write a parent that waits in `waiting_children` and its children; returns their ids.
+    """Write a parent that waits in `waiting_children` and its children; returns their ids (the
+    parent's and its direct children's; a child that is a Flow is given by its own parent's id).
 
-    The parent runs once every child completed (`ctx.children_results()` gives their results). A
-    dead or cancelled child fails the parent (`on_child_dead="fail"`) or is ignored (`"ignore"`).
-    The flow is written whole or not at all: in a transaction of its own, a savepoint when `conn`
-    is already in one (a pool: on a connection of its own).
+    Either `enqueue_flow(conn, parent_job, children, on_child_dead=...)` or `enqueue_flow(conn,
+    Flow(...))`. A child may be a Flow itself, to any depth: its parent waits for its own children,
+    runs, and counts as one finished child of the enclosing parent. The parent runs once every child
+    completed (`ctx.children_results()` gives their results). A dead or cancelled child fails the
+    parent (`"fail"`), is ignored (`"ignore"`: the parent runs once the others finished), or lets
+    the parent run at once (`"continue"`: `ctx.children_failures()` reports it); a child's own
+    policy wins over its parent's. The flow is written whole or not at all: in a transaction of its
+    own, a savepoint when `conn` is already in one (a pool: on a connection of its own).
     """
-    if not 1 <= len(children) <= FLOW_CHILDREN_MAX:
-        raise InvalidJobError(f"a flow needs 1 to {FLOW_CHILDREN_MAX} children, got {len(children)}")
-    if on_child_dead not in ("fail", "ignore"):
-        raise InvalidJobError(f"on_child_dead must be 'fail' or 'ignore', got {on_child_dead!r}")
-    for job in (parent, *children):
-        validate_job(
-            job.kind, job.queue, job.payload, job.priority, job.max_attempts, job.timeout_ms,
-            max_payload_bytes,
-        )  # fmt: skip
+    flow = parent if isinstance(parent, Flow) else Flow(parent, children, on_child_dead)
+    if isinstance(parent, Flow) and children:
+        raise InvalidJobError("give the children in the Flow, not beside it")
+    _validate_flow(flow, max_payload_bytes, depth=0)
     # Whole or not at all: a transaction of its own (a savepoint inside the caller's), so a child
     # refused half-way (QueueFullError) cannot leave a parent waiting for children never written.
     if isinstance(conn, asyncpg.Pool):
         async with conn.acquire() as own, own.transaction():
-            return await _write_flow(own, parent, children, on_child_dead)
+            return await _write_flow(own, flow, parent_id=None)
     async with conn.transaction():
-        return await _write_flow(conn, parent, children, on_child_dead)
+        return await _write_flow(conn, flow, parent_id=None)
 
 
-async def _write_flow(
-    conn: Conn, parent: NewJob, children: Sequence[NewJob], on_child_dead: ChildPolicy
-) -> tuple[int, list[int]]:
+FLOW_DEPTH_MAX = 32
+
+
+def _validate_flow(flow: Flow, max_payload_bytes: int, *, depth: int) -> None:
+    if depth > FLOW_DEPTH_MAX:
+        raise InvalidJobError(f"a flow may nest at most {FLOW_DEPTH_MAX} levels deep")
+    if not 1 <= len(flow.children) <= FLOW_CHILDREN_MAX:
+        raise InvalidJobError(f"a flow needs 1 to {FLOW_CHILDREN_MAX} children, got {len(flow.children)}")
+    for policy in (flow.on_child_dead, flow.on_dead):
+        if policy is not None and policy not in CHILD_POLICIES:
+            raise InvalidJobError(f"a child policy must be one of {CHILD_POLICIES}, got {policy!r}")
+    _validate_new(flow.parent, max_payload_bytes)
+    for child in flow.children:
+        if isinstance(child, Flow):
+            _validate_flow(child, max_payload_bytes, depth=depth + 1)
+        else:
+            _validate_new(child, max_payload_bytes)
+            if child.on_dead is not None and child.on_dead not in CHILD_POLICIES:
+                raise InvalidJobError(
+                    f"a child policy must be one of {CHILD_POLICIES}, got {child.on_dead!r}"
+                )
+
+
+def _validate_new(job: NewJob, max_payload_bytes: int) -> None:
+    validate_job(
+        job.kind, job.queue, payload_json(job.payload), job.priority, job.max_attempts, job.timeout_ms,
+        max_payload_bytes,
+    )  # fmt: skip
+
+
+async def _write_flow(conn: Conn, flow: Flow, *, parent_id: int | None) -> tuple[int, list[int]]:
     parent_result = await _insert_new(
-        conn, parent, state=JobState.WAITING_CHILDREN, pending=len(children), on_child_dead=on_child_dead
-    )
-    child_ids = [(await _insert_new(conn, child, parent_id=parent_result.id)).id for child in children]
+        conn, flow.parent, parent_id=parent_id, state=JobState.WAITING_CHILDREN, pending=len(flow.children),
+        on_child_dead=flow.on_child_dead, parent_policy=flow.on_dead,
+    )  # fmt: skip
+    child_ids: list[int] = []
+    for child in flow.children:
+        if isinstance(child, Flow):
+            sub_id, _ = await _write_flow(conn, child, parent_id=parent_result.id)
+            child_ids.append(sub_id)
+        else:
+            written = await _insert_new(conn, child, parent_id=parent_result.id, parent_policy=child.on_dead)
+            child_ids.append(written.id)
     return parent_result.id, child_ids
 
 
@@ -243,10 +406,11 @@ async def _insert_new(
     state: JobState | None = None,
     pending: int = 0,
     on_child_dead: ChildPolicy = "fail",
+    parent_policy: ChildPolicy | None = None,
 ) -> EnqueueResult:
     return await _insert(
-        conn, job.kind, job.payload, queue=job.queue, priority=job.priority, run_at=job.run_at,
+        conn, job.kind, payload_json(job.payload), queue=job.queue, priority=job.priority, run_at=job.run_at,
         delay_ms=None, max_attempts=job.max_attempts, backoff=job.backoff, unique_key=None,
         timeout_ms=job.timeout_ms, parent_id=parent_id, state=state, pending_children=pending,
-        on_child_dead=on_child_dead,
+        on_child_dead=on_child_dead, parent_policy=parent_policy,
     )  # fmt: skip

@@ -63,3 +63,17 @@ class PayloadTooLargeError(EnqueueError):
 
 class InvalidJobError(EnqueueError):
     """A job's fields break a rule (name pattern, priority range, conflicting options)."""
+
+
+CODEC_HINT = (
+    "create the pool with paymanager.db.pool.create_pool, or pass init=paymanager.db.pool.init_connection "
+    "to asyncpg.create_pool / call it on a connection"
+)
+
+
+class CodecError(JobError):
+    """The connection lacks the JSON codecs the engine's statements need (a plain asyncpg pool or
+    connection): payloads would travel as text."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what}: {CODEC_HINT}")

@@ -1,4 +1,5 @@
-"""Lifecycle events (completed, failed, retrying, dead, stalled, progress, cancelled, snoozed).
+"""Lifecycle events (completed, failed, retrying, dead, stalled, progress, cancelled, snoozed,
+active, removed, drained; docs/state_machines.md, "Events", says who publishes each).
 
 Published with PostgreSQL NOTIFY on channel `pm_job_events` (and on Redis pub/sub channel
 `pm:job_events` when a Redis URL is given). A NOTIFY payload is limited to 8000 bytes, so events are
@@ -20,14 +21,16 @@ from paymanager.db.database import Database, listener_of
 from paymanager.db.listener import Subscription
 from paymanager.db.pool import Pool
 from paymanager.jobs._queries import CHANNEL_EVENTS
-from paymanager.jobs._store import publish_events
+from paymanager.jobs._store import outcome, publish_events
+from paymanager.jobs.states import JobState
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.jobs.events")
 
 EVENT_NAMES = frozenset(
-    {"completed", "failed", "retrying", "dead", "stalled", "progress", "cancelled", "snoozed"}
-)
+    {"completed", "failed", "retrying", "dead", "stalled", "progress", "cancelled", "snoozed",
+     "active", "removed", "drained"}
+)  # fmt: skip
 REDIS_CHANNEL = "pm:job_events"
 # Each event is about 80 bytes of JSON; 60 keep a message well under NOTIFY's 8000-byte limit.
 EVENTS_PER_MESSAGE = 60
@@ -47,6 +50,8 @@ class JobEvent:
     attempt: int | None = None
     progress: float | None = None
     error: str | None = None
+    # `drained`: how many jobs were removed (its id is 0 and its kind empty: it is about a queue).
+    count: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"e": self.event, "id": self.id, "k": self.kind, "q": self.queue}
@@ -56,6 +61,8 @@ class JobEvent:
             data["p"] = self.progress
         if self.error is not None:
             data["err"] = self.error[:ERROR_CHARS_MAX]
+        if self.count is not None:
+            data["n"] = self.count
         return data
 
     @classmethod
@@ -68,6 +75,7 @@ class JobEvent:
             attempt=data.get("a"),
             progress=data.get("p"),
             error=data.get("err"),
+            count=data.get("n"),
         )
 
 
@@ -82,6 +90,19 @@ class DeadJob:
 
 
 DeadHook = Callable[[DeadJob], Awaitable[None]]
+# A worker's `error` event (BullMQ's worker "error"): what failed ("claim", "outcomes",
+# "heartbeat", "promote") and the exception. Called in the worker's loop, so it must not block;
+# what it raises is logged and ignored.
+ErrorHook = Callable[[str, BaseException], None]
+
+
+def report_error(hook: ErrorHook | None, where: str, exc: BaseException) -> None:
+    if hook is None:
+        return
+    try:
+        hook(where, exc)
+    except Exception as failure:  # the hook is the caller's code: it must not stop the worker
+        log.error("error hook failed", where=where, error=repr(failure))
 
 
 class EventPublisher:
@@ -129,7 +150,7 @@ class EventPublisher:
                 await self.publish(redis_only, notify=False)
         if not notify and self._redis is None:
             return
-        for message in _messages(events):
+        for message in event_messages(events):
             if notify:
                 try:
                     await publish_events(self._pool, channel=CHANNEL_EVENTS, message=message)
@@ -142,7 +163,7 @@ class EventPublisher:
                     log.warning("job events not published to redis", error=repr(exc))
 
 
-def _messages(events: Sequence[JobEvent]) -> list[str]:
+def event_messages(events: Sequence[JobEvent]) -> list[str]:
     """JSON arrays of at most EVENTS_PER_MESSAGE events and NOTIFY_BYTES_MAX bytes each."""
     messages: list[str] = []
     chunk: list[bytes] = []
@@ -235,3 +256,46 @@ class EventStream:
 
     async def next(self, timeout_s: float) -> JobEvent:
         return await asyncio.wait_for(self._queue.get(), timeout_s)
+
+    async def next_event(self) -> JobEvent:
+        return await self._queue.get()
+
+
+FINISHED = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED})
+_FINISHED_EVENTS = frozenset(state.value for state in FINISHED)
+# wait_until_finished reads the job again at least this often: a `completed` event may be turned
+# off (WorkerOptions.notify_completed_events) or lost with a LISTEN connection.
+FINISHED_POLL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedJob:
+    id: int
+    state: JobState
+    result: Any
+    error: dict[str, Any] | None
+
+
+async def wait_until_finished(
+    database: Database, job_id: int, timeout_s: float, *, poll_interval_s: float = FINISHED_POLL_S
+) -> FinishedJob:
+    """Wait until job `job_id` is completed, dead or cancelled; returns how it ended. Raises
+    TimeoutError after `timeout_s`, LookupError when the job does not exist (or was removed).
+
+    Woken by the job's events (NOTIFY on the Database's LISTEN connection), and reads the row
+    again every `poll_interval_s` whatever happens, so a lost or disabled event only delays it.
+    """
+    async with asyncio.timeout(timeout_s), EventStream(database) as events:
+        while True:
+            found = await outcome(database.pool, job_id=job_id)
+            if found is None:
+                raise LookupError(f"job {job_id} does not exist")
+            if found.state in FINISHED:
+                return FinishedJob(job_id, found.state, found.result, found.last_error)
+            deadline = asyncio.get_running_loop().time() + poll_interval_s
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    while True:
+                        event = await events.next_event()
+                        if event.id == job_id and event.event in _FINISHED_EVENTS:
+                            break

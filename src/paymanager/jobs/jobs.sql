@@ -5,9 +5,14 @@
 -- Inserts one job unless its queue is full or an unfinished job holds its unique key.
 -- $1 queue, $2 kind, $3 payload, $4 priority, $5 run_at (NULL: now), $6 delay_ms, $7 max_attempts,
 -- $8 backoff, $9 unique_key, $10 timeout_ms, $11 parent_id, $12 state override (NULL: by run_at),
--- $13 pending_children, $14 on_child_dead
+-- $13 pending_children, $14 on_child_dead, $15 lifo, $16 parent_policy (NULL: the parent's)
+-- A LIFO job ($15) runs before the waiting jobs of its priority, the newest first: its run_at is
+-- the enqueue time mirrored about the Unix epoch, so the claims' one order (priority, run_at, id)
+-- serves it (docs/state_machines.md, "LIFO").
 WITH target AS (
-    SELECT coalesce($5::timestamptz, now()) + make_interval(secs => coalesce($6::bigint, 0) / 1000.0) AS run_at
+    SELECT CASE WHEN $15::boolean THEN timestamptz 'epoch' - (now() - timestamptz 'epoch')
+                ELSE coalesce($5::timestamptz, now()) + make_interval(secs => coalesce($6::bigint, 0) / 1000.0)
+           END AS run_at
 ), full_queue AS (
     SELECT 1 FROM job_queue q
      WHERE q.name = $1 AND q.max_depth IS NOT NULL
@@ -18,16 +23,61 @@ WITH target AS (
                  LIMIT q.max_depth) AS d) >= q.max_depth
 )
 INSERT INTO job (queue, kind, payload, priority, run_at, max_attempts, backoff, unique_key, timeout_ms,
-                 parent_id, state, pending_children, on_child_dead)
+                 parent_id, state, pending_children, on_child_dead, parent_policy)
 SELECT $1, $2, $3, $4, target.run_at, $7, $8, $9, $10, $11,
        coalesce($12::job_state,
                 CASE WHEN target.run_at > now() THEN 'scheduled'::job_state ELSE 'available'::job_state END),
-       $13, $14
+       $13, $14, $16
   FROM target
  WHERE NOT EXISTS (SELECT 1 FROM full_queue)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'dead', 'cancelled')
 DO NOTHING
 RETURNING id, CASE WHEN state = 'available' THEN pg_notify('pm_job_available', queue) END AS notified
+
+-- name: job_dedup_take
+-- Takes deduplication key $1 for $2 ms unless it is held: a key is held until it expires, and for a
+-- debounce ($3) only while its job still waits (scheduled or available). A row comes back when the
+-- key is taken; the conflicting row is locked either way, so a second enqueue with the key waits
+-- for the first one's transaction and then sees its job.
+INSERT INTO job_dedup (key, job_id, expires_at) VALUES ($1, NULL, now() + make_interval(secs => $2::bigint / 1000.0))
+ON CONFLICT (key) DO UPDATE SET job_id = NULL, expires_at = EXCLUDED.expires_at
+ WHERE job_dedup.expires_at <= now()
+    OR ($3::boolean AND NOT EXISTS (SELECT 1 FROM job WHERE job.id = job_dedup.job_id
+                                       AND job.state IN ('scheduled', 'available')))
+RETURNING key
+
+-- name: job_dedup_set_job
+UPDATE job_dedup SET job_id = $2 WHERE key = $1
+
+-- name: job_dedup_holder
+SELECT job_id FROM job_dedup WHERE key = $1
+
+-- name: job_dedup_replace
+-- Debounce: the job holding key $1, if it still waits, takes payload $2 and runs at $3 (NULL: now)
+-- plus $5 ms (its delay starts again); the key's time to live starts again too ($4 ms). No row: the
+-- job has started (or is gone).
+WITH target AS (
+    SELECT coalesce($3::timestamptz, now()) + make_interval(secs => coalesce($5::bigint, 0) / 1000.0) AS run_at
+), replaced AS (
+    UPDATE job
+       SET payload = $2, run_at = target.run_at,
+           state = CASE WHEN target.run_at > now() THEN 'scheduled'::job_state ELSE 'available'::job_state END
+      FROM target
+     WHERE job.id = (SELECT d.job_id FROM job_dedup AS d WHERE d.key = $1)
+       AND job.state IN ('scheduled', 'available')
+    RETURNING job.id, job.queue, job.state
+), extended AS (
+    UPDATE job_dedup SET expires_at = now() + make_interval(secs => $4::bigint / 1000.0)
+     WHERE key = $1 AND EXISTS (SELECT 1 FROM replaced)
+)
+SELECT r.id, CASE WHEN r.state = 'available' THEN pg_notify('pm_job_available', r.queue) END AS notified
+  FROM replaced AS r
+
+-- name: job_dedup_prune
+-- Deletes up to $1 deduplication keys that expired.
+DELETE FROM job_dedup WHERE key IN (
+    SELECT key FROM job_dedup WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING 1
 
 -- name: job_find_unfinished_by_key
 SELECT id FROM job
@@ -609,3 +659,83 @@ SELECT job.id, job.lease_token
  WHERE job.id = ANY ($1::bigint[]) AND job.lease_token = r.token
  ORDER BY job.id
    FOR UPDATE OF job
+
+-- name: job_change
+-- Changes a job that has not started (docs/state_machines.md, "Changing a waiting job"): payload $2,
+-- priority $3 (NULL keeps each), and a delay of $4 ms from now (NULL keeps run_at; not for a flow
+-- parent still waiting for its children, whose run_at its last child sets). A job being claimed
+-- right now is waited for, then found running and left alone (no row).
+UPDATE job
+   SET payload = coalesce($2, payload),
+       priority = coalesce($3, priority),
+       run_at = CASE WHEN $4::bigint IS NULL THEN run_at ELSE now() + make_interval(secs => $4::bigint / 1000.0) END,
+       state = CASE WHEN $4::bigint IS NULL OR state IN ('retryable', 'waiting_children') THEN state
+                    WHEN $4::bigint > 0 THEN 'scheduled'::job_state ELSE 'available'::job_state END
+ WHERE id = $1 AND state IN ('scheduled', 'available', 'retryable', 'waiting_children')
+   AND ($4::bigint IS NULL OR state <> 'waiting_children')
+RETURNING id, state, CASE WHEN state = 'available' THEN pg_notify('pm_job_available', queue) END AS notified
+
+-- name: job_promote
+-- Makes a scheduled (delayed) or retryable job available now, its attempts unchanged.
+UPDATE job SET state = 'available', run_at = now()
+ WHERE id = $1 AND state IN ('scheduled', 'retryable')
+RETURNING id, pg_notify('pm_job_available', queue) AS notified
+
+-- name: job_cancel_children_in_queue
+-- Before removing jobs of queue $1 in states $2: those that are flow children become cancelled
+-- (leases dropped), so each parent follows its failure policy instead of waiting for ever.
+UPDATE job
+   SET state = 'cancelled', finalized_at = now(), cancel_requested = true,
+       lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+ WHERE queue = $1 AND state = ANY ($2::job_state[]) AND parent_id IS NOT NULL
+RETURNING id
+
+-- name: job_delete_in_queue
+-- Deletes up to $4 jobs of queue $1 in states $2 or with ids $3; returns how many.
+WITH doomed AS (
+    SELECT id FROM job
+     WHERE queue = $1 AND (state = ANY ($2::job_state[]) OR id = ANY ($3::bigint[]))
+     LIMIT $4
+       FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM job USING doomed WHERE job.id = doomed.id RETURNING 1
+)
+SELECT count(*) FROM deleted
+
+-- name: job_queue_delete
+DELETE FROM job_queue WHERE name = $1
+
+-- name: job_count_running_in_queue
+SELECT count(*) FROM job WHERE queue = $1 AND state = 'running'
+
+-- name: job_remove
+-- Removes one job that is not running; a flow child that had not finished is cancelled first
+-- (job_cancel_one_child), so its parent follows its failure policy. Returns its kind and queue.
+DELETE FROM job WHERE id = $1 AND state <> 'running' RETURNING id, kind, queue
+
+-- name: job_cancel_one_child
+UPDATE job SET state = 'cancelled', finalized_at = now(), cancel_requested = true
+ WHERE id = $1 AND parent_id IS NOT NULL
+   AND state IN ('scheduled', 'available', 'retryable', 'waiting_children')
+
+-- name: job_log_append
+-- Appends line $3 to the logs of job $1 held under lease token $2, keeping the newest $4 lines.
+UPDATE job
+   SET logs = (CASE WHEN jsonb_array_length(coalesce(logs, '[]'::jsonb)) >= $4
+                    THEN coalesce(logs, '[]'::jsonb) - 0 ELSE coalesce(logs, '[]'::jsonb) END)
+              || jsonb_build_array(jsonb_build_object('at', now(), 'line', $3::text))
+ WHERE id = $1 AND lease_token = $2
+RETURNING id
+
+-- name: job_children_failures
+-- A flow parent's children that are dead or cancelled, with their last errors.
+SELECT id, kind, state, last_error FROM job
+ WHERE parent_id = $1 AND state IN ('dead', 'cancelled') ORDER BY id
+
+-- name: job_outcome
+-- A job's state, result and last error (wait_until_finished).
+SELECT state, result, last_error FROM job WHERE id = $1
+
+-- name: job_codec_check
+-- What a jsonb value comes back as: a dict with the engine's codecs, text without them.
+SELECT '{}'::jsonb AS value

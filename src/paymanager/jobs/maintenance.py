@@ -20,7 +20,7 @@ import asyncpg
 
 from paymanager.db.database import Database, over_pool
 from paymanager.db.pool import Pool
-from paymanager.jobs._store import finished_queues, leader_try_lock, ping, promote_due, vacuum
+from paymanager.jobs._store import dedup_prune, finished_queues, leader_try_lock, ping, promote_due, vacuum
 from paymanager.jobs.events import DeadHook, DeadJob, EventPublisher, JobEvent
 from paymanager.jobs.options import MaintenanceOptions
 from paymanager.jobs.periodic import enqueue_due
@@ -180,6 +180,8 @@ class Maintenance:
                 total += await prune_queue(
                     conn, queue, retention, now=now, batch_max=self._options.prune_batch_max
                 )
+            # Expired deduplication keys hold nothing any more (one batch a run: few deduplicate).
+            await dedup_prune(conn, batch_max=self._options.prune_batch_max)
         if total:
             log.info("finished jobs pruned", count=total)
 

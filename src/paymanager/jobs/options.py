@@ -62,6 +62,9 @@ class WorkerOptions:
     redis_url: str | None = None
     # `completed` events cost a NOTIFY per 25 jobs; a deployment with no subscriber may turn them off.
     notify_completed_events: bool = True
+    # `active` events (a job started): one publish per claim, off the claim's path; off by default
+    # because a NOTIFY per claim is a cost a deployment without a subscriber need not pay.
+    active_events: bool = False
     # The least time between the starts of two claims (River's FetchCooldown). A claim that comes
     # sooner waits for the rest of it, so the jobs that arrive meanwhile share one claim: bigger
     # batches and fewer transactions under a steady trickle, for at most this much added latency.

@@ -34,10 +34,12 @@ from paymanager.jobs._store import (
     Job,
     JsonObject,
     claim,
+    decodes_json,
     promote_due,
 )
 from paymanager.jobs.context import JobContext
-from paymanager.jobs.events import DeadHook, EventPublisher, JobEvent
+from paymanager.jobs.errors import CodecError
+from paymanager.jobs.events import DeadHook, ErrorHook, EventPublisher, JobEvent, report_error
 from paymanager.jobs.options import CONCURRENCY_MAX, WorkerOptions
 from paymanager.jobs.registry import Registry
 from paymanager.logging import get_logger
@@ -68,7 +70,10 @@ class Worker:
         options: WorkerOptions | None = None,
         *,
         on_dead: DeadHook | None = None,
+        on_error: ErrorHook | None = None,
     ) -> None:
+        """`on_dead` runs for each job that dies; `on_error(where, exc)` hears each error of the
+        worker's own (a claim, an outcome write, a heartbeat failed), its `error` event."""
         if not queues:
             raise ValueError("a worker needs at least one queue")
         for queue, concurrency in queues.items():
@@ -87,6 +92,10 @@ class Worker:
             )
         self._limits = dict(queues)
         self._free = dict(queues)
+        self._on_error = on_error
+        # `active` events waiting for their one publish per loop turn (WorkerOptions.active_events).
+        self._active: list[JobEvent] = []
+        self._publishing: set[asyncio.Task[None]] = set()
         # Queues with cluster-wide limits are claimed apart (`_launch_limited_claims`); `plain` is
         # the rest, the queues the plain claims serve.
         self._limited = LimitedQueues(pool, list(queues), self._limits_changed)
@@ -120,6 +129,7 @@ class Worker:
         self._leases = Leases(
             pool, lease_ms=self._options.lease_ms, outcome_pending=self._completer.is_pending
         )
+        self._completer.on_error = self._leases.on_error = on_error
         # The attempts held (Leases.held), read and changed by every duty of the worker.
         self._held = self._leases.held
         self._executor = JobExecutor(
@@ -157,6 +167,9 @@ class Worker:
         return len(self._held)
 
     async def start(self) -> None:
+        if not await decodes_json(self._pool):
+            # Handlers would get strings, and every outcome's write would fail (retried for ever).
+            raise CodecError("the worker's pool decodes jsonb as text")
         await self.events.start()
         await self._listener.start()
         await self._limited.load()
@@ -284,6 +297,7 @@ class Worker:
             await promote_due(self._pool, now=None, batch_max=self._options.promote_batch_max)
         except DB_ERRORS as exc:
             log.warning("promoting due jobs failed", error=str(exc))
+            report_error(self._on_error, "promote", exc)
         if not self._limited.limits:
             # A limit set later reaches this worker by its NOTIFY (and a reconnect's load).
             return
@@ -414,6 +428,7 @@ class Worker:
             if not isinstance(exc, DB_ERRORS):
                 raise
             log.warning("job claim failed", queue=queue, error=str(exc))
+            report_error(self._on_error, "claim", exc)
             self._limited.block(queue, int(CLAIM_RETRY_DELAY_S * 1000))
             return
         got = len(claim.jobs)
@@ -450,6 +465,7 @@ class Worker:
                 self._give_back(conn)
                 raise
             log.warning("job claim failed", error=str(exc))
+            report_error(self._on_error, "claim", exc)
             await asyncio.sleep(CLAIM_RETRY_DELAY_S)
             self._give_back(conn)
             self._wake.set()
@@ -512,9 +528,23 @@ class Worker:
         )
         if job.cancel_requested:
             ctx.cancelled.set()
+        if self._options.active_events:
+            self._announce_active(JobEvent("active", job.id, job.kind, job.queue, job.attempt))
         timeout_ms = job.timeout_ms or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms
         held = self._leases.hold(ctx, time.monotonic() + timeout_ms / 1000)
         return ctx, held, job.backoff
+
+    def _announce_active(self, event: JobEvent) -> None:
+        """Queue an `active` event; the jobs of one claim go out in one publish, off the claim's path."""
+        self._active.append(event)
+        if len(self._active) == 1:
+            asyncio.get_running_loop().call_soon(self._publish_active)
+
+    def _publish_active(self) -> None:
+        events, self._active = self._active, []
+        task = asyncio.create_task(self.events.publish(events))
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
 
     def _settle(self, ctx: JobContext, outcome: Completion | Failure) -> None:
         """Hand the outcome to the completer and free the slot (the job stays held until written)."""
