@@ -43,7 +43,7 @@ from paymanager.api.app import create_app  # noqa: E402
 BOUNDED = ("request_signature", "job", "job_queue", "job_periodic", "process", "ledger_account")
 
 # Every ordinary and partitioned table of the schema: its own size plus its partitions' (the members
-# of pg_partition_tree, which is empty for a table that is not partitioned), and the same for each of its indexes.
+# of pg_partition_tree, which is empty for a table that is not partitioned); the same for its indexes.
 SIZES = """
 SELECT c.relname AS name, 'table' AS kind, c.relname AS owner,
        (SELECT coalesce(sum(pg_table_size(t.relid)), 0)
