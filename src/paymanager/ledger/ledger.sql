@@ -53,10 +53,11 @@ SELECT ledger_batch_write(
 
 -- name: pending_expired_candidates
 -- Pending transfers whose timeout passed at $1 (nanoseconds), oldest first, at most $2.
-SELECT id, debit_account_id, credit_account_id
-  FROM ledger_pending
- WHERE state = 'pending' AND expires_at <= $1
- ORDER BY expires_at
+SELECT p.id, t.debit_account_id, t.credit_account_id
+  FROM ledger_pending AS p
+  JOIN ledger_transfer AS t ON t.id = p.id
+ WHERE p.state = 'pending' AND p.expires_at <= $1
+ ORDER BY p.expires_at
  LIMIT $2;
 
 -- name: account_transfers_page
@@ -154,13 +155,13 @@ SELECT id, flags, debits_pending, debits_posted, credits_pending, credits_posted
  LIMIT $1;
 
 -- name: ledger_verify_pending
--- Pending transfers without a state row, or state rows that disagree with their transfer (at most $1).
+-- Pending transfers with neither a state row (open or expired) nor a post or void that resolved them,
+-- or with both (at most $1; migration 0205).
 SELECT t.id
   FROM ledger_transfer AS t
   LEFT JOIN ledger_pending AS p ON p.id = t.id
  WHERE t.flags & 2 <> 0
-   AND (p.id IS NULL OR p.amount <> t.amount OR p.debit_account_id <> t.debit_account_id
-        OR p.credit_account_id <> t.credit_account_id)
+   AND (p.id IS NULL) = NOT EXISTS (SELECT FROM ledger_transfer AS r WHERE r.pending_id = t.id)
  ORDER BY t.id
  LIMIT $1;
 
