@@ -169,3 +169,17 @@ async def test_a_reference_whose_intent_is_gone_answers_410_not_another_body(api
     again = await api.client.post("/intents", body, key="archived")
     assert again.status_code == 410
     assert again.json()["error"]["code"] == "idempotency_outcome_unavailable"
+
+
+async def test_a_rebuilt_body_that_differs_from_the_first_answers_410(api: Api) -> None:
+    body = await _funded_p2p(api)
+    created = await api.client.post("/intents", body | {"description": "first"}, key="diverged")
+    async with api.payments.pool.acquire() as conn:
+        # A column the rebuild takes as written once at create changes after all: the digest kept
+        # with the key catches it, rather than a different body being answered as the first.
+        await conn.execute(
+            "UPDATE intent SET description = 'changed' WHERE id = $1::uuid", created.json()["id"]
+        )
+    again = await api.client.post("/intents", body | {"description": "first"}, key="diverged")
+    assert again.status_code == 410
+    assert again.json()["error"]["code"] == "idempotency_outcome_unavailable"
