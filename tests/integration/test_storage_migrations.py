@@ -69,8 +69,8 @@ async def _old_data(conn: asyncpg.Connection) -> None:
     )  # fmt: skip
     await conn.execute(
         "INSERT INTO idempotency_key (service_id, key, method, path, request_hash, status_code,"
-        " response_body, created_at, expires_at) VALUES ($1, 'k-1', 'POST', '/accounts', $2, 201, '{\"id\": \"x\"}', now(),"
-        " now() + interval '1 day')",
+        " response_body, created_at, expires_at) VALUES ($1, 'k-1', 'POST', '/accounts', $2, 201,"
+        " '{\"id\": \"x\"}', now(), now() + interval '1 day')",
         SERVICE, b"h" * 32,
     )  # fmt: skip
 
