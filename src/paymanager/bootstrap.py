@@ -34,6 +34,7 @@ from paymanager.application.intents.invoice_sweep import INVOICE_QUEUE, SWEEP_KI
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle_handler
 from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
+from paymanager.application.storage import upkeep as storage
 from paymanager.application.sweeper import ApiSweeper
 from paymanager.config import Settings
 from paymanager.db.database import Database
@@ -113,6 +114,7 @@ async def build(
     ledger = await _step("connect the ledger", connect_ledger(settings, database))
     redis = await _step("connect Redis", connect_redis(settings))
     payments = _payments(settings, database, ledger, redis, process_id)
+    await _step("prepare storage", storage.prepare(database.pool, settings))
     await _step("seed and verify system accounts", seed_system_accounts(payments))
     await _step("register channels", _register_channels(payments))
     await _step("limit the settlement queue", _limit_settlement_queue(database, settings))
@@ -215,7 +217,8 @@ JOB_ROLES = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY)
 def _role_services(
     settings: Settings, database: Database, payments: Payments, hub: IntentEventHub | None, process_id: str
 ) -> tuple[Service, ...]:
-    services: list[Service] = []
+    # Every process keeps the storage up, whatever its roles: one of them runs each duty per interval.
+    services: list[Service] = [storage.StorageUpkeep(database.pool, settings)]
     if hub is not None:
         services += [hub, ApiSweeper(payments)]
     if any(role in settings.worker_roles for role in JOB_ROLES):

@@ -248,6 +248,24 @@ class Settings(BaseSettings):
     api_sweep_batch_size: int = Field(
         default=1_000, ge=1, le=100_000, description="Rows each api sweep deletes per statement."
     )
+    history_partition_months_ahead: int = Field(
+        default=2,
+        ge=1,
+        le=24,
+        description="Months of history partitions (transfers, intents, settlements) kept created ahead.",
+    )
+    storage_upkeep_interval_ms: int = Field(
+        default=3_600_000,
+        ge=1_000,
+        le=86_400_000,
+        description="How often one process of the cluster creates the history partitions ahead.",
+    )
+    churn_vacuum_interval_ms: int = Field(
+        default=60_000,
+        ge=1_000,
+        le=3_600_000,
+        description="How often one process VACUUMs signatures, Idempotency-Keys, jobs if autovacuum is off.",
+    )
     sse_max_duration_sec: int = Field(
         default=3_600, ge=1, le=86_400, description="Longest an intent event stream stays open."
     )

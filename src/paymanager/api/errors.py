@@ -28,6 +28,7 @@ from paymanager.application.errors import (
     AccountReferenceTakenError,
     IdempotencyKeyMissingError,
     IdempotencyKeyReusedError,
+    IdempotencyOutcomeLostError,
     ServiceNameTakenError,
 )
 from paymanager.domain import errors as domain
@@ -92,6 +93,7 @@ _DOMAIN_STATUS: dict[type[domain.DomainError], int] = {
     domain.NotFoundError: 404,
     IdempotencyKeyMissingError: 400,
     IdempotencyKeyReusedError: 409,
+    IdempotencyOutcomeLostError: 410,
     AccountReferenceTakenError: 409,
     ServiceNameTakenError: 409,
     domain.ScopeRequiredError: 403,

@@ -18,6 +18,7 @@ from paymanager.api.errors import domain_error_body, domain_status
 from paymanager.api.idempotent import run_idempotent
 from paymanager.api.schemas import IntentCreate, IntentList, IntentOut, QuoteOut, QuoteRequest
 from paymanager.application.context import Payments
+from paymanager.application.idempotency.unit_of_work import IntentReply
 from paymanager.application.intents import events
 from paymanager.application.intents.cancel import cancel_intent
 from paymanager.application.intents.confirm import confirm_intent
@@ -60,8 +61,8 @@ async def create(
         body.description, body.metadata, body.expires_in_sec,
     )  # fmt: skip
 
-    async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any]:
-        return 201, intent_view(await create_intent(payments, conn, caller, wanted, pending.published))
+    async def work(conn: Conn, pending: events.Pending) -> IntentReply:
+        return IntentReply(201, await create_intent(payments, conn, caller, wanted, pending.published))
 
     return await run_idempotent(request, caller, work)
 
@@ -80,14 +81,14 @@ async def confirm(
 ) -> Response:
     payments: Payments = request.app.state.payments
 
-    async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any]:
+    async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any] | IntentReply:
         row = await confirm_intent(payments, conn, caller, intent_id, pending, hold_savepoint=False)
         if row.status is IntentStatus.EXPIRED:
             expired = IntentExpiredError(
                 "the invoice expired before it was confirmed", {"intent": intent_view(row)}
             )
             return domain_status(expired), domain_error_body(expired)
-        return 200, intent_view(row)
+        return IntentReply(200, row)
 
     return await run_idempotent(request, caller, work)
 
@@ -102,8 +103,8 @@ async def cancel(
 ) -> Response:
     payments: Payments = request.app.state.payments
 
-    async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any]:
-        return 200, intent_view(await cancel_intent(payments, conn, caller, intent_id, pending.published))
+    async def work(conn: Conn, pending: events.Pending) -> IntentReply:
+        return IntentReply(200, await cancel_intent(payments, conn, caller, intent_id, pending.published))
 
     return await run_idempotent(request, caller, work)
 

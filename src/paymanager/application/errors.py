@@ -13,6 +13,13 @@ class IdempotencyKeyReusedError(DomainError):
     code = "idempotency_key_reused"
 
 
+class IdempotencyOutcomeLostError(DomainError):
+    """A key's stored outcome refers to an intent that no longer shows it (archived with its
+    partition while the key lived): the response cannot be given again."""
+
+    code = "idempotency_outcome_unavailable"
+
+
 class AccountReferenceTakenError(InvalidInputError):
     code = "account_reference_taken"
 

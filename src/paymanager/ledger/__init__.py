@@ -36,6 +36,12 @@ Deliberate differences of the PostgreSQL ledger from TigerBeetle:
 - `ledger_transfer` has no foreign keys to `ledger_account` (each insert would look its accounts up
   again, while the writer already holds them locked): the writer only writes transfers between
   accounts it holds locked, and `verify()` checks references.
+- `ledger_transfer` is partitioned by month of its timestamp (migration 0203): a transfer's timestamp
+  must fall in a month whose partition exists (the process creates them ahead), and a month can be
+  archived, after which its transfer ids are forgotten (`verify()` counts its sums, migration 0204).
+  An id is unique per partition by the schema and across partitions by the batch writer.
+- A resolved pending transfer keeps no state row (migration 0205): its state is read from the post or
+  void that names it.
 """
 
 from paymanager.ledger._batch import BALANCE_MAX

@@ -53,10 +53,11 @@ SELECT ledger_batch_write(
 
 -- name: pending_expired_candidates
 -- Pending transfers whose timeout passed at $1 (nanoseconds), oldest first, at most $2.
-SELECT id, debit_account_id, credit_account_id
-  FROM ledger_pending
- WHERE state = 'pending' AND expires_at <= $1
- ORDER BY expires_at
+SELECT p.id, t.debit_account_id, t.credit_account_id
+  FROM ledger_pending AS p
+  JOIN ledger_transfer AS t ON t.id = p.id
+ WHERE p.state = 'pending' AND p.expires_at <= $1
+ ORDER BY p.expires_at
  LIMIT $2;
 
 -- name: account_transfers_page
@@ -109,12 +110,16 @@ SELECT count(*) AS accounts,
 -- name: ledger_verify_account_sums
 -- Accounts whose stored balances differ from the sums of their transfers (at most $1). A transfer
 -- adds its amount to posted balances unless it is pending (2) or a void (8); a pending transfer adds
--- it to pending balances while its state is 'pending'.
+-- it to pending balances while its state is 'pending'. Archived months count by their sums per
+-- account (ledger_transfer_archived, migration 0204).
 WITH leg AS (
-    SELECT t.debit_account_id AS account_id,
-           CASE WHEN t.flags & 2 <> 0 AND p.state = 'pending' THEN t.amount ELSE 0 END AS debits_pending,
-           CASE WHEN t.flags & 10 = 0 THEN t.amount ELSE 0 END AS debits_posted,
-           0 AS credits_pending, 0 AS credits_posted
+    SELECT account_id, 0 AS debits_pending, debits_posted, 0 AS credits_pending, credits_posted
+      FROM ledger_transfer_archived
+    UNION ALL
+    SELECT t.debit_account_id,
+           CASE WHEN t.flags & 2 <> 0 AND p.state = 'pending' THEN t.amount ELSE 0 END,
+           CASE WHEN t.flags & 10 = 0 THEN t.amount ELSE 0 END,
+           0, 0
       FROM ledger_transfer AS t LEFT JOIN ledger_pending AS p ON p.id = t.id
     UNION ALL
     SELECT t.credit_account_id, 0, 0,
@@ -150,13 +155,13 @@ SELECT id, flags, debits_pending, debits_posted, credits_pending, credits_posted
  LIMIT $1;
 
 -- name: ledger_verify_pending
--- Pending transfers without a state row, or state rows that disagree with their transfer (at most $1).
+-- Pending transfers with neither a state row (open or expired) nor a post or void that resolved them,
+-- or with both (at most $1; migration 0205).
 SELECT t.id
   FROM ledger_transfer AS t
   LEFT JOIN ledger_pending AS p ON p.id = t.id
  WHERE t.flags & 2 <> 0
-   AND (p.id IS NULL OR p.amount <> t.amount OR p.debit_account_id <> t.debit_account_id
-        OR p.credit_account_id <> t.credit_account_id)
+   AND (p.id IS NULL) = NOT EXISTS (SELECT FROM ledger_transfer AS r WHERE r.pending_id = t.id)
  ORDER BY t.id
  LIMIT $1;
 
@@ -170,6 +175,11 @@ SELECT t.id
     OR NOT EXISTS (SELECT 1 FROM ledger_account AS a WHERE a.id = t.credit_account_id)
  ORDER BY t.id
  LIMIT $1;
+
+-- name: ledger_verify_duplicate_ids
+-- Transfer ids found in more than one partition (at most $1). Each partition's index keeps its ids
+-- unique; across partitions the batch writer does (migration 0203), and this checks it did.
+SELECT id FROM ledger_transfer GROUP BY id HAVING count(*) > 1 ORDER BY id LIMIT $1;
 
 -- name: ledger_ping
 SELECT 1;

@@ -457,6 +457,7 @@ class PostgresLedger:
             flags = await conn.fetch(Q["ledger_verify_flags"], _VERIFY_ROWS_MAX)
             pending = await conn.fetch(Q["ledger_verify_pending"], _VERIFY_ROWS_MAX)
             dangling = await conn.fetch(Q["ledger_verify_references"], _VERIFY_ROWS_MAX)
+            duplicated = await conn.fetch(Q["ledger_verify_duplicate_ids"], _VERIFY_ROWS_MAX)
         assert totals is not None
         result = Verification(
             accounts=totals["accounts"],
@@ -489,6 +490,8 @@ class PostgresLedger:
             result.violations.append(f"pending transfer {r['id'].int}: missing or inconsistent pending state")
         for r in dangling:
             result.violations.append(f"transfer {r['id'].int}: refers to an account that does not exist")
+        for r in duplicated:
+            result.violations.append(f"transfer {r['id'].int}: its id is in more than one partition")
         return result
 
     async def ping(self) -> None:

@@ -6,6 +6,8 @@ import asyncio
 import time
 
 from paymanager.api.signing import new_nonce
+from paymanager.application.idempotency.keys import key_id
+from paymanager.application.intents.settle import settle
 from tests.integration.payments.conftest import Api
 
 
@@ -67,7 +69,10 @@ async def test_concurrent_requests_with_one_key_create_one_intent(api: Api) -> N
 async def test_keys_are_kept_at_least_a_day(api: Api) -> None:
     await api.client.post("/accounts", {"kind": "user", "currency": "THB"}, key="ttl")
     async with api.payments.pool.acquire() as conn:
-        kept = await conn.fetchval("SELECT expires_at - created_at FROM idempotency_key WHERE key = 'ttl'")
+        kept = await conn.fetchval(
+            "SELECT expires_at - created_at FROM idempotency_key WHERE id = $1",
+            key_id(api.client.service_id, "ttl"),
+        )
     assert kept.total_seconds() >= 86_400
 
 
@@ -99,3 +104,82 @@ async def test_a_refused_confirm_stores_its_refusal_keeps_its_signature_and_hold
         )
         jobs = await conn.fetchval("SELECT count(*) FROM job WHERE kind = 'intent.settle'")
     assert (intent["status"], intent["hold_id"], jobs) == ("created", None, 0)
+
+
+async def _funded_p2p(api: Api) -> dict[str, object]:
+    payer = await api.client.open_account()
+    payee = await api.client.open_account()
+    funded = await api.admin.post(
+        "/intents",
+        {"channel": "admin-transfer", "amount": 10_000, "currency": "THB", "payee_account_id": payer},
+    )
+    assert (await api.admin.post(f"/intents/{funded.json()['id']}/confirm")).status_code == 200
+    async with api.payments.pool.acquire() as conn, conn.transaction():
+        await settle(api.payments, conn, funded.json()["id"], settled_by="test")
+    return {
+        "channel": "internal-p2p", "amount": 500, "currency": "THB",
+        "payer_account_id": payer, "payee_account_id": payee, "metadata": {"order": "A-1", "n": 2},
+    }  # fmt: skip
+
+
+async def test_an_intent_response_is_rebuilt_from_its_intent_after_the_intent_moved_on(api: Api) -> None:
+    body = await _funded_p2p(api)
+    created = await api.client.post("/intents", body, key="rebuilt-create")
+    intent_id = created.json()["id"]
+    confirmed = await api.client.post(f"/intents/{intent_id}/confirm", key="rebuilt-confirm")
+    assert confirmed.status_code == 200
+    async with api.payments.pool.acquire() as conn, conn.transaction():
+        await settle(api.payments, conn, intent_id, settled_by="test")
+    assert (await api.client.get(f"/intents/{intent_id}")).json()["status"] == "settled"
+    # The keys keep a reference to the intent, not a copy of its view.
+    async with api.payments.pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT response_body, response_ref, response_version FROM idempotency_key WHERE id = ANY($1)",
+            [key_id(api.client.service_id, k) for k in ("rebuilt-create", "rebuilt-confirm")],
+        )
+    assert sorted((r["response_body"], str(r["response_ref"]), r["response_version"]) for r in rows) == [
+        (None, intent_id, 1), (None, intent_id, 2),
+    ]  # fmt: skip
+    again_create = await api.client.post("/intents", body, key="rebuilt-create")
+    again_confirm = await api.client.post(f"/intents/{intent_id}/confirm", key="rebuilt-confirm")
+    assert (again_create.status_code, again_create.json()) == (201, created.json())
+    assert (again_confirm.status_code, again_confirm.json()) == (200, confirmed.json())
+    assert (
+        again_create.headers["Idempotent-Replayed"] == again_confirm.headers["Idempotent-Replayed"] == "true"
+    )
+    assert again_create.json()["status"] == "created"
+    assert again_confirm.json()["status"] == "confirmed"
+
+
+async def test_a_cancel_response_is_rebuilt_too(api: Api) -> None:
+    body = await _funded_p2p(api)
+    intent_id = (await api.client.post("/intents", body)).json()["id"]
+    cancelled = await api.client.post(f"/intents/{intent_id}/cancel", key="rebuilt-cancel")
+    again = await api.client.post(f"/intents/{intent_id}/cancel", key="rebuilt-cancel")
+    assert (again.status_code, again.json()) == (200, cancelled.json())
+    assert again.json()["status"] == "cancelled"
+
+
+async def test_a_reference_whose_intent_is_gone_answers_410_not_another_body(api: Api) -> None:
+    body = await _funded_p2p(api)
+    created = await api.client.post("/intents", body, key="archived")
+    async with api.payments.pool.acquire() as conn:
+        # What archiving the intent's partition while its key still lives would leave.
+        await conn.execute("DELETE FROM intent WHERE id = $1::uuid", created.json()["id"])
+    again = await api.client.post("/intents", body, key="archived")
+    assert again.status_code == 410
+    assert again.json()["error"]["code"] == "idempotency_outcome_unavailable"
+
+
+async def test_a_rebuilt_body_that_differs_from_the_first_answers_410(api: Api) -> None:
+    body = await _funded_p2p(api)
+    created = await api.client.post("/intents", body | {"description": "first"}, key="diverged")
+    async with api.payments.pool.acquire() as conn:
+        # A column the rebuild takes as written once at create changes after all: the digest kept
+        # with the key catches it, rather than a different body being answered as the first.
+        await conn.execute(
+            "UPDATE intent SET description = 'changed' WHERE id = $1::uuid", created.json()["id"]
+        )
+    again = await api.client.post("/intents", body | {"description": "first"}, key="diverged")
+    assert again.status_code == 410
+    assert again.json()["error"]["code"] == "idempotency_outcome_unavailable"

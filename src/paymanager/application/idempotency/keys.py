@@ -9,11 +9,12 @@ with the same key but another method, path or body is a conflict, never a silent
 from __future__ import annotations
 
 import hashlib
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from paymanager.application.errors import IdempotencyKeyMissingError, IdempotencyKeyReusedError
-from paymanager.application.idempotency.store import Claim, IdempotencyStore
+from paymanager.application.idempotency.store import Claim, IdempotencyStore, Reference
 from paymanager.db.pool import Conn
 from paymanager.domain.errors import InvalidInputError
 
@@ -22,12 +23,27 @@ KEY_CHARS_MAX = 255
 
 @dataclass(frozen=True, slots=True)
 class StoredOutcome:
+    """The first outcome of a key: its status and body, or (`reference` set, `body` None) what
+    rebuilds the body."""
+
     status_code: int
     body: object
+    reference: Reference | None = None
 
 
 def request_hash(method: str, path: str, body: bytes) -> bytes:
     return hashlib.sha256(method.encode() + b"\n" + path.encode() + b"\n" + body).digest()
+
+
+def key_id(service_id: str, key: str) -> uuid.UUID:
+    """The row id of a service's key: 128 bits of SHA-256, so the row keeps 16 bytes instead of both
+    texts (a service id has no newline, so no two pairs share the hashed text)."""
+    return uuid.UUID(bytes=hashlib.sha256(f"{service_id}\n{key}".encode()).digest()[:16])
+
+
+def body_digest(body: bytes) -> bytes:
+    """The digest kept beside a reference: a rebuilt body is answered only when it matches."""
+    return hashlib.sha256(body).digest()[:16]
 
 
 def check_key(key: str | None) -> str:
@@ -59,6 +75,10 @@ class KeyClaim:
     def expires_at(self) -> datetime:
         return self.now + timedelta(seconds=self.ttl_sec)
 
+    @property
+    def key_id(self) -> uuid.UUID:
+        return key_id(self.service_id, self.key)
+
 
 async def claim_signed(
     conn: Conn, wanted: KeyClaim, signature: bytes, signature_expires_at: datetime
@@ -74,8 +94,7 @@ async def claim_signed(
     result = await store.claim_signed(
         Claim(
             service_id=wanted.service_id,
-            key=wanted.key,
-            method=wanted.method,
+            key_id=wanted.key_id,
             path=wanted.path,
             request_hash=wanted.digest,
             now=wanted.now,
@@ -90,23 +109,24 @@ async def claim_signed(
 
 
 async def _stored(store: IdempotencyStore, wanted: KeyClaim) -> StoredOutcome:
-    found = await store.get(service_id=wanted.service_id, key=wanted.key)
+    found = await store.get(key_id=wanted.key_id)
     assert found is not None, "the conflicting row was committed before our claim returned"
     assert found.status_code is not None, "a committed key always has its outcome"
     if found.request_hash != wanted.digest:
+        # Only POSTs are idempotent, so the first request's method is known without keeping it.
         raise IdempotencyKeyReusedError(
             "this Idempotency-Key was used for a different request; use a new key for a new request",
-            {"key": wanted.key, "first_method": found.method, "first_path": found.path},
+            {"key": wanted.key, "first_method": "POST", "first_path": found.path},
         )
-    return StoredOutcome(found.status_code, found.response_body)
+    return StoredOutcome(found.status_code, found.response_body, found.reference)
 
 
 async def store(
-    conn: Conn, service_id: str, key: str, outcome: StoredOutcome, notify_channel: str, notices: list[str]
+    conn: Conn, key: KeyClaim, outcome: StoredOutcome, notify_channel: str, notices: list[str]
 ) -> None:
     """Store the key's outcome and send `notices` on `notify_channel`, in one round trip."""
     await IdempotencyStore(conn).store(
-        service_id=service_id, key=key, status_code=outcome.status_code, body=outcome.body,
+        key_id=key.key_id, status_code=outcome.status_code, body=outcome.body, reference=outcome.reference,
         notify_channel=notify_channel, notices=notices,
     )  # fmt: skip
 

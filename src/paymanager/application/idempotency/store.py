@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,8 +17,7 @@ class Claim:
     """The parameters of `idempotency_key_claim_signed`."""
 
     service_id: str
-    key: str
-    method: str
+    key_id: uuid.UUID
     path: str
     request_hash: bytes
     now: datetime
@@ -33,14 +33,24 @@ class ClaimResult:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredKey:
-    """A committed key: the request it was first used for, and the outcome stored."""
+class Reference:
+    """What rebuilds a response body: the intent it showed, at which version, and the body's digest."""
 
-    method: str
+    intent_id: uuid.UUID
+    version: int
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    """A committed key: the request it was first used for, and the outcome stored (a body, or the
+    reference that rebuilds it)."""
+
     path: str
     request_hash: bytes
     status_code: int | None
     response_body: object
+    reference: Reference | None
 
 
 class IdempotencyStore:
@@ -52,34 +62,40 @@ class IdempotencyStore:
     async def claim_signed(self, claim: Claim) -> ClaimResult:
         """Remember the signature and claim the key, in one round trip."""
         row = await self._conn.fetchrow(
-            Q["idempotency_key_claim_signed"], claim.service_id, claim.key, claim.method, claim.path,
-            claim.request_hash, claim.now, claim.expires_at, claim.signature, claim.signature_expires_at,
+            Q["idempotency_key_claim_signed"], claim.service_id, claim.key_id, claim.path, claim.request_hash,
+            claim.now, claim.signature, claim.signature_expires_at, claim.expires_at,
         )  # fmt: skip
         assert row is not None, "the statement always returns one row"
         return ClaimResult(row["fresh_signature"], row["claimed"])
 
-    async def get(self, *, service_id: str, key: str) -> StoredKey | None:
-        row = await self._conn.fetchrow(Q["idempotency_key_get"], service_id, key)
+    async def get(self, *, key_id: uuid.UUID) -> StoredKey | None:
+        row = await self._conn.fetchrow(Q["idempotency_key_get"], key_id)
         if row is None:
             return None
+        reference = None
+        if row["response_ref"] is not None:
+            reference = Reference(row["response_ref"], row["response_version"], row["response_digest"])
         return StoredKey(
-            row["method"], row["path"], row["request_hash"], row["status_code"], row["response_body"]
+            row["path"], row["request_hash"], row["status_code"], row["response_body"], reference
         )
 
     async def store(
         self,
         *,
-        service_id: str,
-        key: str,
+        key_id: uuid.UUID,
         status_code: int,
         body: object,
+        reference: Reference | None,
         notify_channel: str,
         notices: list[str],
     ) -> None:
-        """Store the key's outcome and send `notices` on `notify_channel`, in one round trip."""
+        """Store the key's outcome (`body`, or when `reference` is given nothing but the reference)
+        and send `notices` on `notify_channel`, in one round trip."""
+        ref = reference
         await self._conn.execute(
-            Q["idempotency_key_store"], service_id, key, status_code, body, notify_channel, notices
-        )
+            Q["idempotency_key_store"], key_id, status_code, None if ref else body, ref and ref.intent_id,
+            ref and ref.version, ref and ref.digest, notify_channel, notices,
+        )  # fmt: skip
 
     async def prune(self, *, now: datetime, limit: int) -> int:
         """Forget up to `limit` keys past their TTL at `now`; how many."""

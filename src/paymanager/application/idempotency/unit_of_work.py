@@ -14,19 +14,34 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
+import orjson
 
 from paymanager.application.context import Payments
+from paymanager.application.errors import IdempotencyOutcomeLostError
 from paymanager.application.idempotency import keys
+from paymanager.application.idempotency.store import Reference
 from paymanager.application.intents import events
+from paymanager.application.intents.queries import intent_view, view_at
 from paymanager.application.intents.settle import publish
+from paymanager.application.intents.store import Intent, IntentStore
 from paymanager.db.pool import Conn
 from paymanager.domain.errors import DomainError
 from paymanager.ledger import LedgerConflictError
 
+
+@dataclass(frozen=True, slots=True)
+class IntentReply:
+    """A response whose body is the view of `intent` (`intent_view`): its key keeps the intent's id,
+    version and the body's digest instead of the body, and a replay rebuilds the body from the intent."""
+
+    status_code: int
+    intent: Intent
+
+
 # The work of one POST: given the transaction's connection and the events it announces (NOTIFYed by
 # the transaction's last statement, published to Redis after the commit), it returns the status code
-# and the JSON body of the response.
-Work = Callable[[Conn, events.Pending], Awaitable[tuple[int, object]]]
+# and the JSON body of the response, or an `IntentReply`.
+Work = Callable[[Conn, events.Pending], Awaitable[tuple[int, object] | IntentReply]]
 # How a refusal (a `REFUSALS` exception) is answered: the status code and body stored under the key.
 Refusal = Callable[[Exception], tuple[int, object]]
 # How the work refuses a request: its own errors, or the schema catching input the code let through.
@@ -93,24 +108,58 @@ async def _transaction(
         if not fresh:
             raise SignatureReplayedError
         if stored is not None:
-            return PostOutcome(stored.status_code, stored.body, replayed=True)
+            return PostOutcome(stored.status_code, await _replayed_body(conn, stored), replayed=True)
         if guarded:
-            status, payload = await _attempt(conn, work, pending, refusal)
+            reply = await _attempt(conn, work, pending, refusal)
         else:
             try:
-                status, payload = await work(conn, pending)
+                reply = await work(conn, pending)
             except REFUSALS as exc:
                 raise _Refused from exc
+        outcome = _outcome(reply)
+        status, payload = outcome.status_code, outcome.body
         await keys.store(
-            conn, claim.service_id, claim.key, keys.StoredOutcome(status, payload), events.NOTIFY_CHANNEL,
+            conn,
+            claim,
+            outcome,
+            events.NOTIFY_CHANNEL,
             [events.notify_text(event) for event in pending.notified],
-        )  # fmt: skip
+        )
     for event in pending.published:
         await publish(payments, event)
     return PostOutcome(status, payload, replayed=False)
 
 
-async def _attempt(conn: Conn, work: Work, pending: events.Pending, refusal: Refusal) -> tuple[int, object]:
+def _outcome(reply: tuple[int, object] | IntentReply) -> keys.StoredOutcome:
+    if not isinstance(reply, IntentReply):
+        return keys.StoredOutcome(*reply)
+    body = intent_view(reply.intent)
+    digest = keys.body_digest(orjson.dumps(body))
+    return keys.StoredOutcome(
+        reply.status_code, body, Reference(reply.intent.id, reply.intent.version, digest)
+    )
+
+
+async def _replayed_body(conn: Conn, stored: keys.StoredOutcome) -> object:
+    """The stored body, or the body rebuilt from its reference when it still matches its digest."""
+    ref = stored.reference
+    if ref is None:
+        return stored.body
+    intent = await IntentStore(conn).get(intent_id=ref.intent_id)
+    shown = view_at(intent, ref.version) if intent is not None else None
+    body = intent_view(shown) if shown is not None else None
+    if body is None or keys.body_digest(orjson.dumps(body)) != ref.digest:
+        raise IdempotencyOutcomeLostError(
+            "the first response to this Idempotency-Key can no longer be rebuilt (its intent was "
+            "archived); send the request with a new key",
+            {"intent_id": str(ref.intent_id)},
+        )
+    return body
+
+
+async def _attempt(
+    conn: Conn, work: Work, pending: events.Pending, refusal: Refusal
+) -> tuple[int, object] | IntentReply:
     """Run the work in a savepoint: a refused request leaves no effect but its stored answer."""
     try:
         async with conn.transaction():

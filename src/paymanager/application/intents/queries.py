@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import datetime
 
@@ -48,6 +49,29 @@ def intent_view(intent: Intent) -> dict[str, object]:
         "settle_deadline_at": _iso(intent.settle_deadline_at),
         "finished_at": _iso(intent.finished_at),
     }
+
+
+def view_at(intent: Intent, version: int) -> Intent | None:
+    """The intent as it was at `version`, rebuilt from its row now; None when the row cannot tell.
+
+    Only status changes move the version, each setting its own columns (intents.sql): created (1)
+    has none of them; a confirm (2) sets `confirmed_at` (its `updated_at`), `settle_deadline_at` and
+    `hold_id`; an end sets `finished_at` (its `updated_at`) and `failure_reason`. Every other column
+    is written once, at create. A replayed Idempotency-Key answers from this (the body's digest,
+    kept with the key, checks the rebuilt body)."""
+    if version == intent.version:
+        return intent
+    if version == 1:
+        return dataclasses.replace(
+            intent, status=IntentStatus.CREATED, version=1, updated_at=intent.created_at, hold_id=None,
+            confirmed_at=None, settle_deadline_at=None, finished_at=None, failure_reason=None,
+        )  # fmt: skip
+    if version == 2 and intent.version == 3 and intent.confirmed_at is not None:
+        return dataclasses.replace(
+            intent, status=IntentStatus.CONFIRMED, version=2, updated_at=intent.confirmed_at,
+            finished_at=None, failure_reason=None,
+        )  # fmt: skip
+    return None
 
 
 def visible(intent: Intent | None, caller: ServiceIdentity | None) -> bool:

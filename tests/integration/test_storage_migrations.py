@@ -1,0 +1,104 @@
+"""The storage migrations (0203-0205, 0301-0303) carry a database's existing data over."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+
+from paymanager.application.idempotency.keys import key_id
+from paymanager.db import migrations
+from tests.support.databases import DatabaseFactory
+
+STORAGE = {203, 204, 205, 301, 302, 303}
+SERVICE = "svc_" + "a" * 32
+INTENT = uuid.UUID("01900000-0000-7000-8000-000000000001")  # a UUIDv7 of June 2024
+
+
+async def _old_schema(conn: asyncpg.Connection) -> None:
+    """Every migration but the storage ones, as a database of the previous release has them."""
+    await conn.execute(migrations._CREATE_VERSION_TABLE)
+    for migration in migrations.available_migrations():
+        if migration.version not in STORAGE:
+            await conn.execute(migration.sql)
+            await conn.execute(
+                "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                migration.version,
+                migration.name,
+            )
+
+
+async def _old_data(conn: asyncpg.Connection) -> None:
+    await conn.execute(
+        "INSERT INTO service (id, name, secret_ciphertext, secret_key_id) VALUES ($1, 'old', '\\x00', 'k')",
+        SERVICE,
+    )
+    payer, payee = uuid.UUID(int=0xA1), uuid.UUID(int=0xA2)
+    await conn.execute(
+        "INSERT INTO account (id, kind, currency, owner_service_id) VALUES ($1, 'user', 'THB', $3),"
+        " ($2, 'user', 'THB', $3)",
+        payer, payee, SERVICE,
+    )  # fmt: skip
+    await conn.execute(
+        "INSERT INTO intent (id, service_id, channel, status, amount, fee, currency, payer_account_id,"
+        " payee_account_id, version, hold_id, created_at, updated_at, confirmed_at, settle_deadline_at,"
+        " finished_at) VALUES ($1, $2, 'internal-p2p', 'settled', 5, 0, 'THB', $3, $4, 3, $1, now(), now(),"
+        " now(), now(), now())",
+        INTENT, SERVICE, payer, payee,
+    )  # fmt: skip
+    await conn.execute(
+        "INSERT INTO settlement VALUES ($1, 'posted', 'settled', 5, 0, 'THB', 'old', now())", INTENT
+    )
+    for n in (1, 2):
+        await conn.execute(
+            "INSERT INTO ledger_account (id, user_data_128, user_data_64, user_data_32, ledger, code, flags,"
+            " timestamp) VALUES ($1, $1, 0, 0, 1, 1, 0, $2)",
+            uuid.UUID(int=n), n,
+        )  # fmt: skip
+    await conn.execute("UPDATE ledger_account SET debits_posted = 5 WHERE id = $1", uuid.UUID(int=1))
+    await conn.execute("UPDATE ledger_account SET credits_posted = 5 WHERE id = $1", uuid.UUID(int=2))
+    await conn.execute(
+        "INSERT INTO ledger_transfer (id, debit_account_id, credit_account_id, amount, pending_id,"
+        " user_data_128, user_data_64, user_data_32, timeout, ledger, code, flags, timestamp) VALUES"
+        " ($1, $3, $4, 5, NULL, $1, 0, 0, 0, 1, 1, 2, 10), ($2, $3, $4, 5, $1, $1, 0, 0, 0, 1, 1, 4, 11)",
+        uuid.UUID(int=0x10), uuid.UUID(int=0x11), uuid.UUID(int=1), uuid.UUID(int=2),
+    )  # fmt: skip
+    await conn.execute(
+        "INSERT INTO ledger_pending VALUES ($1, $2, $3, 5, 'posted', NULL)",
+        uuid.UUID(int=0x10), uuid.UUID(int=1), uuid.UUID(int=2),
+    )  # fmt: skip
+    await conn.execute(
+        "INSERT INTO idempotency_key (service_id, key, method, path, request_hash, status_code,"
+        " response_body, created_at, expires_at) VALUES ($1, 'k-1', 'POST', '/accounts', $2, 201,"
+        " '{\"id\": \"x\"}', now(), now() + interval '1 day')",
+        SERVICE, b"h" * 32,
+    )  # fmt: skip
+
+
+async def test_the_storage_migrations_keep_every_row_of_an_existing_database(
+    database_factory: DatabaseFactory,
+) -> None:
+    url = await database_factory.create_empty()
+    try:
+        conn = await asyncpg.connect(url)
+        try:
+            await _old_schema(conn)
+            await _old_data(conn)
+            applied = await migrations.migrate(conn)
+            assert sorted(m.version for m in applied) == sorted(STORAGE)
+            assert await conn.fetchval(
+                "SELECT tableoid::regclass::text FROM intent WHERE id = $1", INTENT
+            ) == ("intent_p_before")
+            assert await conn.fetchval("SELECT count(*) FROM settlement WHERE intent_id = $1", INTENT) == 1
+            assert await conn.fetchval("SELECT count(*) FROM ledger_transfer") == 2
+            # A posted pending transfer keeps no state row: its post says it (0205).
+            assert await conn.fetchval("SELECT count(*) FROM ledger_pending") == 0
+            kept = await conn.fetchrow(
+                "SELECT path, status_code, response_body FROM idempotency_key WHERE id = $1",
+                key_id(SERVICE, "k-1"),
+            )
+            assert dict(kept) == {"path": "/accounts", "status_code": 201, "response_body": '{"id": "x"}'}
+        finally:
+            await conn.close()
+    finally:
+        await database_factory.drop(url)
