@@ -16,6 +16,7 @@ from paymanager.application.intents import events
 from paymanager.application.intents.queries import check_visible, get_intent
 from paymanager.application.intents.settle import EXPIRED, finish
 from paymanager.application.intents.store import Intent, IntentStore
+from paymanager.application.psp.payout import PAYOUT_CHANNELS, start_payout
 from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.intents import IntentStatus, transition
@@ -83,6 +84,9 @@ async def confirm_intent(
     payload = events.event_payload(updated)
     if channel.settles_on_confirm:
         await enqueue_settlement(payments, conn, intent_id)
+    elif updated.channel in PAYOUT_CHANNELS:
+        # The payout's PSP transaction (NEW) and its job commit with the hold, or neither does.
+        await start_payout(payments, conn, updated)
     # The hold comes last: it locks the payer's and a fee shard's account rows until the commit, and
     # every confirm and settlement of those accounts queues behind that lock, so the fewer statements
     # run while it is held the shorter the queue. A refused hold still rolls all of this back.
