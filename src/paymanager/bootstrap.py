@@ -303,9 +303,11 @@ def psp_worker(
     )
     queues = {queue_of(name): settings.psp_concurrency for name in settings.psp_names}
     lease_sec = settings.psp_retry_lease_sec if settings.psp_max_retries > 0 else settings.psp_lease_sec
+    # A heartbeat at most a third of the lease apart: a slow PSP answer must never lose a live lease.
     options = dataclasses.replace(
         worker_options(settings, process_id),
         lease_ms=lease_sec * 1000,
+        heartbeat_interval_ms=min(settings.job_heartbeat_interval_ms, lease_sec * 1000 // 3),
         poll_interval_ms=settings.psp_poll_interval_ms,
     )
     return Worker(database.pool, database, registry, queues, options)

@@ -59,7 +59,7 @@ def serve_sandbox(state: SandboxState | None = None) -> Iterator[Sandbox]:
     state = state or SandboxState(seed=7)
     port = free_port()
     config = uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning",
-                            access_log=False, lifespan="off")  # fmt: skip
+                            access_log=False, lifespan="off", timeout_graceful_shutdown=1)  # fmt: skip
     server = _Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()

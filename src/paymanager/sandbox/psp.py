@@ -10,6 +10,7 @@ nothing was sent twice), signs webhooks as each PSP would, and plays faults set 
     hang_ms                         how long such an answer hangs (default 30000)
     in_progress_polls               a transfer answers "processing", then completes after this many
                                     inquiries
+    in_progress_rate                with in_progress_polls: the share of transfers that do (default all)
     failure_rate                    the transfer is rejected
     manual_review_rate              the transfer answers a status no driver knows
     account_invalid_rate            the beneficiary check refuses the account
@@ -125,7 +126,9 @@ def create_app(state: SandboxState | None = None) -> Starlette:
             status = "failed"
         elif state.chance("manual_review_rate"):
             status = "unknown"
-        elif int(state.faults.get("in_progress_polls", 0) or 0) > 0:
+        elif int(state.faults.get("in_progress_polls", 0) or 0) > 0 and (
+            "in_progress_rate" not in state.faults or state.chance("in_progress_rate")
+        ):
             status = "processing"
         else:
             status = "completed"
