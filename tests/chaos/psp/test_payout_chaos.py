@@ -78,7 +78,8 @@ async def test_two_workers_and_random_faults_never_pay_twice(
         assert pair in {("COMPLETED", "settled"), ("FAILED", "failed"), ("MANUAL_REVIEW", "confirmed")}, pair
         sent = transfers.get(("ipps", str(row["id"])))
         if row["status"] == "settled":
-            assert sent is not None and sent.status == "completed"
+            assert sent is not None
+            assert sent.status == "completed"
         if row["state"] == "FAILED" and sent is not None:
             assert sent.status == "failed"
     verification = await api.components.ledger.verify()
