@@ -116,8 +116,13 @@ async def start_payout_api(
         http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
         started.append((components, http))
         async with pool.acquire() as conn:
-            admin, admin_secret = await create_service(conn, components.payments.box, "admin", admin=True)
-            plain, plain_secret = await create_service(conn, components.payments.box, "shop", admin=False)
+            suffix = f"-{len(started)}" if len(started) > 1 else ""
+            admin, admin_secret = await create_service(
+                conn, components.payments.box, f"admin{suffix}", admin=True
+            )
+            plain, plain_secret = await create_service(
+                conn, components.payments.box, f"shop{suffix}", admin=False
+            )
         return PayoutApi(
             components, components.payments, SignedClient(http, admin.id, admin_secret),
             SignedClient(http, plain.id, plain_secret), http, psp_sandbox,
