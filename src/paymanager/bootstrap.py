@@ -37,6 +37,7 @@ from paymanager.application.intents.invoice_sweep import INVOICE_QUEUE, SWEEP_KI
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle_handler
 from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
+from paymanager.application.psp.balance import BalanceMonitor
 from paymanager.application.psp.config import load_drivers
 from paymanager.application.psp.payout import (
     PAYOUT_KIND,
@@ -285,6 +286,8 @@ def _role_services(
             services.append(job_worker(settings, database, payments, process_id))
         if Role.PSP_WORKER in settings.worker_roles:
             services.append(psp_worker(settings, database, payments, process_id, drivers))
+            if settings.balance_monitor_enabled:
+                services.append(BalanceMonitor(payments, drivers))
     return tuple(services)
 
 

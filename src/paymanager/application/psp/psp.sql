@@ -115,3 +115,11 @@ SELECT * FROM psp_balance_check ORDER BY psp, currency;
 
 -- name: balance_alerts
 SELECT * FROM psp_balance_alert WHERE ($1::text IS NULL OR psp = $1) ORDER BY id;
+
+-- name: balance_tick_claim
+-- Claims the tick of `psp` when it is due, moving it $2 ms ahead: one row back for the one monitor
+-- that claimed it (ON CONFLICT re-checks the WHERE on the latest row version under its lock).
+INSERT INTO psp_balance_tick (psp, due_at) VALUES ($1, now() + $2 * interval '1 ms')
+ON CONFLICT (psp) DO UPDATE SET due_at = now() + $2 * interval '1 ms'
+ WHERE psp_balance_tick.due_at <= now()
+RETURNING psp;

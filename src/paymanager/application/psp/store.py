@@ -284,3 +284,6 @@ class PspStore:
 
     async def balance_alerts(self, *, psp: str | None = None) -> list[BalanceAlert]:
         return [BalanceAlert.from_row(r) for r in await self._conn.fetch(Q["balance_alerts"], psp)]
+
+    async def claim_balance_tick(self, *, psp: str, tick_ms: int) -> bool:
+        return await self._conn.fetchrow(Q["balance_tick_claim"], psp, float(tick_ms)) is not None

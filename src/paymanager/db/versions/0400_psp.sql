@@ -106,3 +106,10 @@ CREATE TABLE psp_balance_alert (
     error            text,
     raised_at        timestamptz NOT NULL DEFAULT now()
 );
+
+-- When each PSP's next balance check is due. A monitor claims a tick by moving due_at forward with
+-- one UPDATE, so however many psp-worker processes run the monitor, one check runs per tick.
+CREATE TABLE psp_balance_tick (
+    psp     text PRIMARY KEY,
+    due_at  timestamptz NOT NULL
+);
