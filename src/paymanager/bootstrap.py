@@ -47,6 +47,7 @@ from paymanager.application.psp.payout import (
     queue_of,
 )
 from paymanager.application.psp.store import PspStore
+from paymanager.application.psp.webhooks import WEBHOOK_KIND, WEBHOOK_QUEUE, webhook_handler
 from paymanager.application.sweeper import ApiSweeper
 from paymanager.config import Settings
 from paymanager.db.database import Database
@@ -305,6 +306,9 @@ def psp_worker(
         PAYOUT_KIND, handler, queue=queue_of(settings.psp_names[0]), max_attempts=PAYOUT_MAX_ATTEMPTS
     )
     queues = {queue_of(name): settings.psp_concurrency for name in settings.psp_names}
+    # Webhooks the api stored: applied by any psp-worker, whatever PSPs it drives.
+    registry.register(WEBHOOK_KIND, webhook_handler(payments), queue=WEBHOOK_QUEUE, max_attempts=10)
+    queues[WEBHOOK_QUEUE] = 4
     lease_sec = settings.psp_retry_lease_sec if settings.psp_max_retries > 0 else settings.psp_lease_sec
     # A heartbeat at most a third of the lease apart: a slow PSP answer must never lose a live lease.
     options = dataclasses.replace(
