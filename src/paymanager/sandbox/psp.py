@@ -368,3 +368,31 @@ def serve(host: str, port: int, *, seed: int | None = None) -> None:
     uvicorn.run(
         create_app(SandboxState(seed=seed)), host=host, port=port, log_level="warning", access_log=False
     )
+
+
+def start_in_thread(host: str = "127.0.0.1", port: int = 0, *, seed: int | None = None) -> tuple[str, Any]:
+    """Serve the sandbox from a daemon thread of this process (`paymanager run --sandbox-psp`, the
+    demo); its base URL and the uvicorn server (set `should_exit` to stop it). Port 0: any free one."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.create_server((host, port))
+    bound = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(SandboxState(seed=seed)), log_level="warning", access_log=False,
+                            lifespan="off", timeout_graceful_shutdown=1)  # fmt: skip
+
+    class Server(uvicorn.Server):
+        def install_signal_handlers(self) -> None:  # the host process owns its signals
+            pass
+
+    server = Server(config)
+    threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True,
+                     name="psp-sandbox").start()  # fmt: skip
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not server.started:
+        raise RuntimeError("the PSP sandbox did not start")
+    return f"http://{host}:{bound}", server
