@@ -378,7 +378,7 @@ def start_in_thread(host: str = "127.0.0.1", port: int = 0, *, seed: int | None 
 
     import uvicorn
 
-    sock = socket.create_server((host, port))
+    sock = socket.create_server((host, port), backlog=4096)
     bound = sock.getsockname()[1]
     config = uvicorn.Config(create_app(SandboxState(seed=seed)), log_level="warning", access_log=False,
                             lifespan="off", timeout_graceful_shutdown=1)  # fmt: skip
