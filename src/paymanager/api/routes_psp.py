@@ -32,8 +32,8 @@ class Resolution(BaseModel):
 @router.get("/admin/psp", summary="PSP transactions, newest first (filter by state and PSP)")
 async def list_psp(
     request: Request,
-    state: str | None = None,
-    psp: str | None = None,
+    state: str | None = Query(default=None, pattern=r"^[A-Z_]{1,32}$"),
+    psp: str | None = Query(default=None, pattern=r"^[a-z][a-z0-9_]{0,31}$"),
     limit: int = Query(default=100, ge=1, le=review.LIST_LIMIT_MAX),
     _: ServiceIdentity = Security(require_admin),
 ) -> dict[str, Any]:

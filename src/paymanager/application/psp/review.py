@@ -58,6 +58,8 @@ async def resolve(
     text = (completed_ref or failed_reason or "").strip()
     if not 1 <= len(text) <= TEXT_CHARS_MAX:
         raise InvalidInputError(f"the reference or reason must be 1 to {TEXT_CHARS_MAX} characters", {})
+    if not text.isprintable():
+        raise InvalidInputError("the reference or reason must be printable text", {})
     tx = await PspStore(conn).get(tx_id=tx_id, lock=True)
     if tx is None:
         raise NotFoundError("no such PSP transaction", {"psp_tx_id": str(tx_id)})
