@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from paymanager.application.idempotency.unit_of_work import LEDGER_CONFLICT_RETRIES_MAX
+from paymanager.application.intents.confirm import PAYOUT_HOLD_TIMEOUT_SEC
 from paymanager.application.intents.events import NOTIFY_CHANNEL, event_payload
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle
@@ -237,8 +238,14 @@ async def test_ipps_transfer_confirm_writes_its_psp_transaction_and_job(api: Api
         payout_jobs = await conn.fetch(
             "SELECT queue FROM job WHERE kind = 'psp.payout' AND payload->>'psp_tx_id' = $1", str(tx["id"])
         )
+        hold_timeouts = await conn.fetch(
+            "SELECT DISTINCT timeout FROM ledger_transfer t JOIN ledger_pending p ON p.id = t.id"
+            " WHERE p.state = 'pending'"
+        )
     assert settle_jobs == 0
     assert tx["state"] == "NEW"
+    # The payout's hold outlives any wait for the PSP (a manual review included).
+    assert PAYOUT_HOLD_TIMEOUT_SEC in {row["timeout"] for row in hold_timeouts}
     assert [job["queue"] for job in payout_jobs] == ["psp.ipps"]
     shown = await api.client.get(f"/intents/{created.json()['id']}")
     assert shown.json()["psp"]["state"] == "NEW"

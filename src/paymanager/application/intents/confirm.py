@@ -27,6 +27,10 @@ OUTBOX_QUEUE = "outbox"
 # The ledger's own expiry of a hold comes this long after our settlement deadline, so paymanager
 # always resolves a hold itself and the ledger's timeout is only a backstop.
 HOLD_TIMEOUT_MARGIN_SEC = 3_600
+# A payout's hold must outlive any wait for the PSP, a manual review included: the ledger releasing
+# it while the PSP may have paid would free money that left. Only the PSP's answer (or an operator's
+# resolution) ends it; this is the ledger's backstop against a payout forgotten for good.
+PAYOUT_HOLD_TIMEOUT_SEC = 90 * 86_400
 
 
 def settle_unique_key(intent_id: uuid.UUID) -> str:
@@ -90,9 +94,11 @@ async def confirm_intent(
     # The hold comes last: it locks the payer's and a fee shard's account rows until the commit, and
     # every confirm and settlement of those accounts queues behind that lock, so the fewer statements
     # run while it is held the shorter the queue. A refused hold still rolls all of this back.
+    timeout_sec = (
+        deadline_sec + HOLD_TIMEOUT_MARGIN_SEC if channel.settles_on_confirm else PAYOUT_HOLD_TIMEOUT_SEC
+    )
     await ledger_ops.hold(
-        payments.ledger, conn, updated, hold_id, deadline_sec + HOLD_TIMEOUT_MARGIN_SEC,
-        savepoint=hold_savepoint,
+        payments.ledger, conn, updated, hold_id, timeout_sec, savepoint=hold_savepoint,
     )  # fmt: skip
     pending.published.append(payload)
     pending.notified.append(payload)
