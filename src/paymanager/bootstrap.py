@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from typing import Protocol, TypeVar
 import asyncpg
 import redis.asyncio as aioredis
 
+from paymanager.adapters.psp.drivers import DRIVERS
+from paymanager.adapters.psp.port import PspDriver
 from paymanager.adapters.redis_events import RedisPublisher
 from paymanager.adapters.secret_box import SecretBox
 from paymanager.application.accounts.use_cases import seed_system_accounts
@@ -34,6 +37,17 @@ from paymanager.application.intents.invoice_sweep import INVOICE_QUEUE, SWEEP_KI
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle_handler
 from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
+from paymanager.application.psp.balance import BalanceMonitor
+from paymanager.application.psp.config import load_drivers
+from paymanager.application.psp.payout import (
+    PAYOUT_KIND,
+    PAYOUT_MAX_ATTEMPTS,
+    PayoutSettings,
+    payout_handler,
+    queue_of,
+)
+from paymanager.application.psp.store import PspStore
+from paymanager.application.psp.webhooks import WEBHOOK_KIND, WEBHOOK_QUEUE, webhook_handler
 from paymanager.application.storage import upkeep as storage
 from paymanager.application.sweeper import ApiSweeper
 from paymanager.config import Settings
@@ -47,10 +61,13 @@ from paymanager.jobs import (
     Retention,
     Worker,
     WorkerOptions,
+    set_global_concurrency,
+    set_rate_limit,
 )
 from paymanager.jobs.maintenance import Maintenance
 from paymanager.ledger import LedgerUnavailableError, PostgresLedger
 from paymanager.logging import get_logger
+from paymanager.rate_text import parse_rate_limit
 from paymanager.roles import Role
 
 log = get_logger("paymanager.bootstrap")
@@ -95,9 +112,16 @@ class Components:
     services: tuple[Service, ...]
     # Set when the process shuts down: long-lived work (event streams) ends itself.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # The PSP drivers of this process, by PSP name (the psp-worker's PSP_NAMES; for the api, those
+    # configured, whose webhooks it verifies).
+    psp_drivers: dict[str, PspDriver] = field(default_factory=dict)
 
     async def close(self) -> None:
-        """Close what `build` opened (Redis, the ledger's batches); the Database is the caller's."""
+        """Close what `build` opened (Redis, the ledger's batches, the PSP drivers); the Database is
+        the caller's."""
+        for driver in self.psp_drivers.values():
+            with contextlib.suppress(Exception):
+                await driver.aclose()
         await self.ledger.close()
         if self.redis is not None:
             with contextlib.suppress(Exception):
@@ -125,10 +149,42 @@ async def build(
                 payments, batch_size=settings.reconcile_batch_size, max_intents=settings.reconcile_max_intents
             ),
         )
-    # Register PSP drivers: this build ships none yet; the step keeps its place in the order.
+    drivers = await _step("register PSP drivers", register_psp_drivers(settings, payments))
+    if Role.PSP_WORKER in settings.worker_roles:
+        await _step("limit the PSP queues", _limit_psp_queues(database, settings))
     hub = IntentEventHub(database) if Role.API in settings.worker_roles else None
-    services = _role_services(settings, database, payments, hub, process_id)
-    return Components(settings, database, process_id, ledger, redis, payments, hub, services)
+    services = _role_services(settings, database, payments, hub, process_id, drivers)
+    return Components(
+        settings, database, process_id, ledger, redis, payments, hub, services, psp_drivers=drivers
+    )
+
+
+async def register_psp_drivers(settings: Settings, payments: Payments) -> dict[str, PspDriver]:
+    """A psp-worker needs a driver for every name in PSP_NAMES (a missing configuration stops start-up,
+    naming the PSP); the api verifies the webhooks of the PSPs that are configured."""
+    connections = max(16, settings.psp_concurrency * 2)
+    if Role.PSP_WORKER in settings.worker_roles:
+        return await load_drivers(
+            payments.pool, payments.box, settings.psp_names, max_connections=connections
+        )
+    if Role.API in settings.worker_roles:
+        async with payments.pool.acquire() as conn:
+            configured = [c.psp for c in await PspStore(conn).all_configs() if c.psp in DRIVERS]
+        return await load_drivers(payments.pool, payments.box, tuple(configured), max_connections=16)
+    return {}
+
+
+async def _limit_psp_queues(database: Database, settings: Settings) -> None:
+    """PSP_RATE_LIMIT and PSP_GLOBAL_CONCURRENCY on each `psp.<name>` queue: over them, payouts wait."""
+    rate = parse_rate_limit(settings.psp_rate_limit)
+    async with database.pool.acquire() as conn:
+        for name in settings.psp_names:
+            queue = queue_of(name)
+            if rate is None:
+                await set_rate_limit(conn, queue, max_jobs=None)
+            else:
+                await set_rate_limit(conn, queue, max_jobs=rate[0], window_ms=rate[1])
+            await set_global_concurrency(conn, queue, settings.psp_global_concurrency)
 
 
 async def _step(name: str, work: Awaitable[T]) -> T:
@@ -211,11 +267,16 @@ async def _register_channels(payments: Payments) -> None:
 
 # Roles whose work runs as jobs. A process gets ONE job Worker serving the queues of all its roles, and
 # one Maintenance (rescuer, pruner, periodic scheduler) whatever its roles.
-JOB_ROLES = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY)
+JOB_ROLES = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY, Role.PSP_WORKER)
 
 
 def _role_services(
-    settings: Settings, database: Database, payments: Payments, hub: IntentEventHub | None, process_id: str
+    settings: Settings,
+    database: Database,
+    payments: Payments,
+    hub: IntentEventHub | None,
+    process_id: str,
+    drivers: dict[str, PspDriver],
 ) -> tuple[Service, ...]:
     # Every process keeps the storage up, whatever its roles: one of them runs each duty per interval.
     services: list[Service] = [storage.StorageUpkeep(database.pool, settings)]
@@ -224,8 +285,42 @@ def _role_services(
     if any(role in settings.worker_roles for role in JOB_ROLES):
         # Services stop in reverse order: the worker (stop claiming, finish or give back its jobs)
         # before the maintenance, whose duty in progress is not work that has to finish.
-        services += [maintenance(settings, database), job_worker(settings, database, payments, process_id)]
+        services.append(maintenance(settings, database))
+        if any(role in settings.worker_roles for role in (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY)):
+            services.append(job_worker(settings, database, payments, process_id))
+        if Role.PSP_WORKER in settings.worker_roles:
+            services.append(psp_worker(settings, database, payments, process_id, drivers))
+            if settings.balance_monitor_enabled:
+                services.append(BalanceMonitor(payments, drivers))
     return tuple(services)
+
+
+def psp_worker(
+    settings: Settings, database: Database, payments: Payments, process_id: str, drivers: dict[str, PspDriver]
+) -> Worker:
+    """The psp-worker's job Worker: one `psp.<name>` queue per PSP, PSP_CONCURRENCY payouts at once
+    each. Its lease is PSP_RETRY_LEASE_SEC while steps have retries (PSP_MAX_RETRIES > 0), else
+    PSP_LEASE_SEC: the time after which another process takes over the payout of a lost one."""
+    registry = Registry()
+    handler = payout_handler(
+        payments, drivers, PayoutSettings(settings.psp_poll_interval_ms, settings.psp_max_retries)
+    )
+    registry.register(
+        PAYOUT_KIND, handler, queue=queue_of(settings.psp_names[0]), max_attempts=PAYOUT_MAX_ATTEMPTS
+    )
+    queues = {queue_of(name): settings.psp_concurrency for name in settings.psp_names}
+    # Webhooks the api stored: applied by any psp-worker, whatever PSPs it drives.
+    registry.register(WEBHOOK_KIND, webhook_handler(payments), queue=WEBHOOK_QUEUE, max_attempts=10)
+    queues[WEBHOOK_QUEUE] = 4
+    lease_sec = settings.psp_retry_lease_sec if settings.psp_max_retries > 0 else settings.psp_lease_sec
+    # A heartbeat at most a third of the lease apart: a slow PSP answer must never lose a live lease.
+    options = dataclasses.replace(
+        worker_options(settings, process_id),
+        lease_ms=lease_sec * 1000,
+        heartbeat_interval_ms=min(settings.job_heartbeat_interval_ms, lease_sec * 1000 // 3),
+        poll_interval_ms=settings.psp_poll_interval_ms,
+    )
+    return Worker(database.pool, database, registry, queues, options)
 
 
 def job_worker(settings: Settings, database: Database, payments: Payments, process_id: str) -> Worker:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from paymanager.rate_text import parse_rate_limit
 from paymanager.roles import Role, parse_roles
 
 LogFormat = Literal["auto", "json", "console"]
@@ -181,6 +182,20 @@ class Settings(BaseSettings):
     psp_max_retries: int = Field(
         default=5, ge=0, le=100, description="Retries of a PSP step before MANUAL_REVIEW."
     )
+    psp_concurrency: int = Field(
+        default=64,
+        ge=1,
+        le=1_000,
+        description="PSP payouts one psp-worker process runs at once per PSP, waiting on PSPs concurrently.",
+    )
+    psp_rate_limit: str = Field(
+        default="off",
+        description="Calls started per window per PSP over every process (`100/1s`, `600/m`) or `off`; "
+        "over it, payouts wait in their queue.",
+    )
+    psp_global_concurrency: int | None = Field(
+        default=None, ge=1, le=10_000, description="PSP payouts running at once per PSP over every process."
+    )
     psp_config_kek: SecretStr | None = Field(
         default=None,
         description="Base64 32-byte key that encrypts PSP credentials and service secrets (AES-256-GCM). "
@@ -305,6 +320,12 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return parse_roles(value)
         return frozenset(value)
+
+    @field_validator("psp_rate_limit")
+    @classmethod
+    def _check_psp_rate_limit(cls, value: str) -> str:
+        parse_rate_limit(value)  # a ValueError names the expected form
+        return value
 
     @field_validator("psp_names", mode="before")
     @classmethod

@@ -36,6 +36,9 @@ __all__ = ["Runtime", "Service", "StartupError", "process_id"]
 
 log = get_logger("paymanager.runtime")
 
+# The roles whose services this build runs; any other role (session-cleanup) starts nothing.
+ROLES_WITH_WORK = frozenset({Role.OUTBOX_WORKER, Role.PSP_WORKER, Role.INVOICE_EXPIRY})
+
 # How long past its share of SHUTDOWN_TIMEOUT_MS a service's stop may run before it is abandoned.
 STOP_GRACE_S = 2.0
 
@@ -127,8 +130,13 @@ class Runtime:
         for service in components.services:
             await self._start_service(service)
         for role in Role:
-            if role in self.roles and role is not Role.API:
+            if role in self.roles and role in ROLES_WITH_WORK:
                 log.info(f"{role.value} starting")
+            elif role in self.roles and role is not Role.API:
+                # Saying "starting" for a role that runs nothing would hide a misconfiguration.
+                log.warning(f"{role.value} has nothing to run in this build", role=role.value)
+        if Role.PSP_WORKER in self.roles and self.settings.balance_monitor_enabled:
+            log.info("BalanceMonitor starting", psps=list(self.settings.psp_names))
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()

@@ -42,6 +42,7 @@ def test_run_with_demo_shows_the_progress_and_keeps_serving(database_url: str) -
     try:
         text = server.wait_for_line("paymanager keeps running", timeout_s=120)
         assert "20 intents settled, 0 not settled" in text
+        assert "20 payouts settled through the sandbox PSP, 0 not settled" in text
         assert "Ledger invariant (sum of debits = sum of credits): holds" in text
         assert server.proc.poll() is None
     finally:

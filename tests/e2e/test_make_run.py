@@ -20,7 +20,8 @@ def test_embedded_postgres_starts_from_empty_dir_and_serves_readyz(tmp_path: Pat
     env.update(
         WORKER_ROLES="all", PORT=str(port), HOST="127.0.0.1", EMBEDDED_PG_DIR=str(data_dir), LOG_FORMAT="json"
     )
-    proc = PaymanagerProcess(env, ["run", "--migrate"])
+    # As `make run`: every role, so the psp-worker's PSP is served by the sandbox in the process.
+    proc = PaymanagerProcess(env, ["run", "--migrate", "--sandbox-psp"])
     try:
         proc.wait_for_line('"listening"', timeout_s=120)
         assert (data_dir / "PG_VERSION").exists()

@@ -131,14 +131,9 @@ def test_markdown_table_lists_every_variable() -> None:
         assert f"`{name.upper()}`" in table
 
 
-# Variables of roles the README marks as not built yet (psp-worker, balance monitor, session-cleanup),
-# and of the TigerBeetle backend, which config.py refuses until it is wired to payments.
-RESERVED = {
-    "tb_address", "tb_cluster_id",
-    "psp_names", "psp_poll_interval_ms", "psp_lease_sec", "psp_retry_lease_sec", "psp_max_retries",
-    "balance_monitor_enabled", "balance_tick_ms", "ipps_low_balance_threshold_satang",
-    "ipps_drift_threshold_satang", "cleanup_interval_ms", "cleanup_batch_size",
-}  # fmt: skip
+# Variables of the role the README marks as not built yet (session-cleanup), and of the TigerBeetle
+# backend, which config.py refuses until it is wired to payments.
+RESERVED = {"tb_address", "tb_cluster_id", "cleanup_interval_ms", "cleanup_batch_size"}
 
 
 def test_every_documented_variable_is_read_by_some_code() -> None:

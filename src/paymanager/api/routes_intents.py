@@ -25,6 +25,8 @@ from paymanager.application.intents.confirm import confirm_intent
 from paymanager.application.intents.create import IntentRequest, create_intent, quote, quote_view
 from paymanager.application.intents.event_hub import IntentEventHub
 from paymanager.application.intents.queries import LIST_LIMIT_MAX, get_intent, intent_view, list_intents
+from paymanager.application.psp.payout import PAYOUT_CHANNELS
+from paymanager.application.psp.store import PspStore
 from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import ChannelName
@@ -115,7 +117,14 @@ async def get(
 ) -> dict[str, Any]:
     payments: Payments = request.app.state.payments
     async with payments.pool.acquire() as conn:
-        return intent_view(await get_intent(conn, caller, intent_id))
+        intent = await get_intent(conn, caller, intent_id)
+        view = intent_view(intent)
+        payout = intent.channel in PAYOUT_CHANNELS
+        tx = await PspStore(conn).by_intent(intent_id=intent.id) if payout else None
+    if tx is not None:
+        view["psp"] = {"psp": tx.psp, "state": tx.state.value, "reference": tx.confirm_ref,
+                       "attempts": tx.attempts, "last_error": tx.last_error}  # fmt: skip
+    return view
 
 
 @router.get("", response_model=IntentList, summary="Intents, newest first, with cursor pagination")

@@ -145,6 +145,14 @@ class IntentCreate(_Strict):
         return value
 
 
+class PspView(BaseModel):
+    psp: str
+    state: str
+    reference: str | None
+    attempts: int
+    last_error: str | None
+
+
 class IntentOut(BaseModel):
     id: str
     channel: str
@@ -168,6 +176,9 @@ class IntentOut(BaseModel):
     confirmed_at: str | None
     settle_deadline_at: str | None
     finished_at: str | None
+    psp: PspView | None = Field(
+        default=None, description="A payout's PSP transaction: its state and the PSP's reference."
+    )
 
 
 class IntentList(BaseModel):

@@ -26,6 +26,13 @@ def run(
         bool, typer.Option(help="Once started, move money through the API with a progress display.")
     ] = False,
     demo_intents: Annotated[int, typer.Option(min=1, max=100_000, help="p2p intents of the demo.")] = 300,
+    sandbox_psp: Annotated[
+        bool,
+        typer.Option(
+            help="Serve the sandbox PSPs in this process and configure every PSP of PSP_NAMES that has no "
+            "configuration to use them (implied by --demo when the roles include psp-worker)."
+        ),
+    ] = False,
 ) -> None:
     """Start paymanager with the roles of WORKER_ROLES."""
     from paymanager.bootstrap import Components
@@ -40,6 +47,10 @@ def run(
     log = get_logger("paymanager")
     if migrate:
         _migrate(settings)
+    from paymanager.roles import Role
+
+    if (sandbox_psp or demo) and Role.PSP_WORKER in settings.worker_roles:
+        _serve_sandbox_psps(settings)
     runtime = Runtime(settings)
     after_start = None
     if demo:
@@ -55,6 +66,39 @@ def run(
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         pass
+
+
+def _serve_sandbox_psps(settings: Settings) -> None:
+    """Start the sandbox PSPs on a free port and point every unconfigured PSP of PSP_NAMES at them."""
+    from paymanager.adapters.secret_box import SecretBox
+    from paymanager.application.psp.config import open_config, set_config
+    from paymanager.db.database import opened
+    from paymanager.logging import get_logger
+    from paymanager.sandbox.psp import SandboxState, config_for, start_in_thread
+
+    url, server = start_in_thread()
+    state: SandboxState = server.config.app.state.sandbox
+    kek = settings.psp_config_kek.get_secret_value() if settings.psp_config_kek else None
+    previous = (
+        settings.psp_config_kek_previous.get_secret_value() if settings.psp_config_kek_previous else None
+    )
+    box = SecretBox.from_config(kek, previous)
+
+    async def configure() -> list[str]:
+        import json
+
+        done = []
+        async with opened(settings, application_name="paymanager:sandbox", max_size=1) as database:
+            for name in settings.psp_names:
+                if await open_config(database.pool, box, name) is None:
+                    await set_config(
+                        database.pool, box, name, json.dumps(config_for(name, url, state)).encode()
+                    )
+                    done.append(name)
+        return done
+
+    configured = run_async(configure())
+    get_logger("paymanager").info("sandbox PSPs serving", url=url, configured=configured)
 
 
 def _migrate(settings: Settings) -> list[str]:

@@ -1,9 +1,10 @@
 """The demo that `make run` shows: real money movements through the real API, with a progress display.
 
 It registers two services, opens accounts, funds them with admin transfers, then sends peer-to-peer
-intents (quote, create, confirm) and follows each until the outbox worker has settled it. It ends with
-the balances and the ledger's own verification (sum of debits = sum of credits). Everything goes over
-HTTP with signed requests, exactly as a client of paymanager would do it.
+intents (quote, create, confirm) and follows each until the outbox worker has settled it; with the
+psp-worker role it then sends payouts (ipps-transfer) through the sandbox PSP `run --demo` serves.
+It ends with the balances and the ledger's own verification (sum of debits = sum of credits).
+Everything goes over HTTP with signed requests, exactly as a client of paymanager would do it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 CURRENCY = "THB"
 FUNDING_SATANG = 5_000_000
 SETTLE_TIMEOUT_S = 60.0
+# Payouts the demo sends through the sandbox PSP when this process runs the psp-worker role.
+DEMO_PAYOUTS = 20
 
 
 class DemoClient:
@@ -77,6 +80,8 @@ class DemoResult:
     balances: list[tuple[str, dict[str, Any]]]
     ledger_ok: bool | None
     ledger_detail: str
+    payouts_settled: int = 0
+    payouts_other: int = 0
 
 
 async def register_services(conn: Conn, kek: str | None) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -100,6 +105,7 @@ async def run_demo(
     intents: int,
     concurrency: int,
     console: Console,
+    payouts: int = 0,
 ) -> DemoResult:
     limits = httpx.Limits(max_connections=concurrency + 2)
     async with httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits) as http:
@@ -164,12 +170,32 @@ async def run_demo(
 
             await asyncio.gather(*(move(n) for n in range(intents)))
             seconds = time.perf_counter() - started
+            payout_outcomes: list[str] = []
+            if payouts:
+                paying = progress.add_task("payouts through the PSP", total=payouts)
+
+                async def pay_out(_: int) -> None:
+                    payload = {
+                        "channel": "ipps-transfer",
+                        "amount": random.randint(1_000, 20_000),
+                        "currency": CURRENCY,
+                        "payer_account_id": random.choice(ids),
+                        "metadata": {"beneficiary_account": f"{random.randint(0, 10**10 - 1):010d}"},
+                        "description": "demo payout",
+                    }
+                    async with gate:
+                        intent = await client.call("POST", "/intents", payload)
+                        payout_outcomes.append((await client.settle(intent))["status"])
+                    progress.advance(paying)
+
+                await asyncio.gather(*(pay_out(n) for n in range(payouts)))
         balances = [
             (account_id, await client.call("GET", f"/accounts/{account_id}/balance")) for account_id in ids
         ]
     return DemoResult(
-        outcomes.count("settled"), len(outcomes) - outcomes.count("settled"), seconds, balances, None, ""
-    )
+        outcomes.count("settled"), len(outcomes) - outcomes.count("settled"), seconds, balances, None, "",
+        payout_outcomes.count("settled"), len(payout_outcomes) - payout_outcomes.count("settled"),
+    )  # fmt: skip
 
 
 def print_summary(console: Console, result: DemoResult) -> None:
@@ -189,6 +215,11 @@ def print_summary(console: Console, result: DemoResult) -> None:
         f"[bold]{result.settled}[/] intents settled, {result.failed} not settled, in {result.seconds:.1f} s "
         f"({rate:.0f}/s through the signed API and the outbox worker)."
     )
+    if result.payouts_settled or result.payouts_other:
+        console.print(
+            f"[bold]{result.payouts_settled}[/] payouts settled through the sandbox PSP, "
+            f"{result.payouts_other} not settled (psp-worker, ipps dialect over HTTP)."
+        )
     if result.ledger_ok is not None:
         verdict = "[green]holds[/]" if result.ledger_ok else "[red]VIOLATED[/]"
         console.print(f"Ledger invariant (sum of debits = sum of credits): {verdict} {result.ledger_detail}")
@@ -203,9 +234,13 @@ async def demo_in_runtime(components: Components, *, accounts: int, intents: int
         admin, wallet = await register_services(conn, kek)
     base_url = f"http://127.0.0.1:{settings.port}"
     console.rule("[bold]paymanager demo")
+    from paymanager.roles import Role
+
+    payouts = DEMO_PAYOUTS if Role.PSP_WORKER in settings.worker_roles else 0
     result = await run_demo(
-        base_url, admin, wallet, accounts=accounts, intents=intents, concurrency=concurrency, console=console
-    )
+        base_url, admin, wallet, accounts=accounts, intents=intents, concurrency=concurrency, console=console,
+        payouts=payouts,
+    )  # fmt: skip
     outcome = await components.ledger.verify()
     result.ledger_ok = outcome.ok
     result.ledger_detail = (

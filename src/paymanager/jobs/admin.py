@@ -7,7 +7,6 @@ bounded (LIST_LIMIT_MAX) and paginated by id.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,6 +31,8 @@ from paymanager.jobs.options import (
 )
 from paymanager.jobs.pruner import prune_queue
 from paymanager.jobs.states import JobState
+from paymanager.rate_text import format_rate_limit as format_rate_limit
+from paymanager.rate_text import parse_rate_limit as parse_rate_limit
 
 LIST_LIMIT_MAX = 1_000
 REPLAY_LIMIT_MAX = 100_000
@@ -47,8 +48,6 @@ _DELAYED = (JobState.SCHEDULED, JobState.RETRYABLE)
 _UNFINISHED_NOT_RUNNING = (
     JobState.AVAILABLE, JobState.SCHEDULED, JobState.RETRYABLE, JobState.WAITING_CHILDREN,
 )  # fmt: skip
-_RATE_TEXT = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(ms|s|m|h)\s*$")
-_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
 
 
 def _check_queue(queue: str) -> None:
@@ -174,25 +173,6 @@ async def set_global_concurrency(conn: Conn, queue: str, limit: int | None) -> N
     if limit is not None and not 1 <= limit <= GLOBAL_CONCURRENCY_MAX:
         raise ValueError(f"the global concurrency must be within [1, {GLOBAL_CONCURRENCY_MAX}] or None")
     await store.set_global_concurrency(conn, queue=queue, limit=limit)
-
-
-def parse_rate_limit(text: str) -> tuple[int, int] | None:
-    """`N/WINDOW` (`100/1s`, `5/500ms`, `600/m`, `1000/1h`) as (max_jobs, window_ms); `off`: None."""
-    if text.strip().lower() == "off":
-        return None
-    match = _RATE_TEXT.match(text.lower())
-    if match is None:
-        raise ValueError(f"rate limit {text!r} must read N/WINDOW (100/1s, 5/500ms, 600/1m) or off")
-    window_ms = int(match.group(2) or 1) * _UNIT_MS[match.group(3)]
-    return int(match.group(1)), window_ms
-
-
-def format_rate_limit(max_jobs: int, window_ms: int) -> str:
-    """The inverse of parse_rate_limit, in the largest unit that divides the window."""
-    for unit in ("h", "m", "s"):
-        if window_ms % _UNIT_MS[unit] == 0:
-            return f"{max_jobs}/{window_ms // _UNIT_MS[unit]}{unit}"
-    return f"{max_jobs}/{window_ms}ms"
 
 
 async def list_queues(conn: Conn) -> list[QueueSettings]:

@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from paymanager.application.idempotency.unit_of_work import LEDGER_CONFLICT_RETRIES_MAX
+from paymanager.application.intents.confirm import PAYOUT_HOLD_TIMEOUT_SEC
 from paymanager.application.intents.events import NOTIFY_CHANNEL, event_payload
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle
@@ -219,7 +220,7 @@ async def test_admin_transfer_needs_the_admin_scope(api: Api) -> None:
     assert refused.status_code == 403
 
 
-async def test_ipps_transfer_stops_at_confirmed_awaiting_psp(api: Api) -> None:
+async def test_ipps_transfer_confirm_writes_its_psp_transaction_and_job(api: Api) -> None:
     payer, _ = await _funded_pair(api)
     created = await api.client.post(
         "/intents",
@@ -230,10 +231,26 @@ async def test_ipps_transfer_stops_at_confirmed_awaiting_psp(api: Api) -> None:
     assert confirmed.json()["status"] == "confirmed"
     assert confirmed.json()["awaiting"] == "psp"
     async with api.payments.pool.acquire() as conn:
-        jobs = await conn.fetchval(
+        settle_jobs = await conn.fetchval(
             "SELECT count(*) FROM job WHERE payload->>'intent_id' = $1", created.json()["id"]
         )
-    assert jobs == 0
+        tx = await conn.fetchrow("SELECT * FROM psp_tx WHERE intent_id = $1", uuid.UUID(created.json()["id"]))
+        payout_jobs = await conn.fetch(
+            "SELECT queue FROM job WHERE kind = 'psp.payout' AND payload->>'psp_tx_id' = $1", str(tx["id"])
+        )
+        hold_timeouts = await conn.fetch(
+            "SELECT DISTINCT timeout FROM ledger_transfer t JOIN ledger_pending p ON p.id = t.id"
+            " WHERE p.state = 'pending'"
+        )
+    assert settle_jobs == 0
+    assert tx["state"] == "NEW"
+    # The payout's hold outlives any wait for the PSP (a manual review included).
+    assert PAYOUT_HOLD_TIMEOUT_SEC in {row["timeout"] for row in hold_timeouts}
+    assert [job["queue"] for job in payout_jobs] == ["psp.ipps"]
+    shown = await api.client.get(f"/intents/{created.json()['id']}")
+    assert shown.json()["psp"]["state"] == "NEW"
+    refused = await api.client.post(f"/intents/{created.json()['id']}/cancel")
+    assert refused.status_code == 409, refused.text
 
 
 async def test_merchant_invoice_cannot_be_confirmed_after_it_expired(api: Api) -> None:

@@ -16,6 +16,7 @@ from paymanager.application.intents import events
 from paymanager.application.intents.queries import check_visible, get_intent
 from paymanager.application.intents.settle import EXPIRED, finish
 from paymanager.application.intents.store import Intent, IntentStore
+from paymanager.application.psp.payout import PAYOUT_CHANNELS, start_payout
 from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.intents import IntentStatus, transition
@@ -26,6 +27,10 @@ OUTBOX_QUEUE = "outbox"
 # The ledger's own expiry of a hold comes this long after our settlement deadline, so paymanager
 # always resolves a hold itself and the ledger's timeout is only a backstop.
 HOLD_TIMEOUT_MARGIN_SEC = 3_600
+# A payout's hold must outlive any wait for the PSP, a manual review included: the ledger releasing
+# it while the PSP may have paid would free money that left. Only the PSP's answer (or an operator's
+# resolution) ends it; this is the ledger's backstop against a payout forgotten for good.
+PAYOUT_HOLD_TIMEOUT_SEC = 90 * 86_400
 
 
 def settle_unique_key(intent_id: uuid.UUID) -> str:
@@ -83,12 +88,17 @@ async def confirm_intent(
     payload = events.event_payload(updated)
     if channel.settles_on_confirm:
         await enqueue_settlement(payments, conn, intent_id)
+    elif updated.channel in PAYOUT_CHANNELS:
+        # The payout's PSP transaction (NEW) and its job commit with the hold, or neither does.
+        await start_payout(payments, conn, updated)
     # The hold comes last: it locks the payer's and a fee shard's account rows until the commit, and
     # every confirm and settlement of those accounts queues behind that lock, so the fewer statements
     # run while it is held the shorter the queue. A refused hold still rolls all of this back.
+    timeout_sec = (
+        deadline_sec + HOLD_TIMEOUT_MARGIN_SEC if channel.settles_on_confirm else PAYOUT_HOLD_TIMEOUT_SEC
+    )
     await ledger_ops.hold(
-        payments.ledger, conn, updated, hold_id, deadline_sec + HOLD_TIMEOUT_MARGIN_SEC,
-        savepoint=hold_savepoint,
+        payments.ledger, conn, updated, hold_id, timeout_sec, savepoint=hold_savepoint,
     )  # fmt: skip
     pending.published.append(payload)
     pending.notified.append(payload)

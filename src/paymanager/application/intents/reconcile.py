@@ -17,6 +17,7 @@ from paymanager.application.intents import events
 from paymanager.application.intents.confirm import enqueue_settlement
 from paymanager.application.intents.settle import DEADLINE_PASSED, EXPIRED, finish, publish
 from paymanager.application.intents.store import IntentStore
+from paymanager.application.psp.reconcile import reconcile_payouts
 from paymanager.domain.intents import IntentStatus
 from paymanager.logging import get_logger
 
@@ -50,6 +51,7 @@ async def reconcile(payments: Payments, *, batch_size: int, max_intents: int) ->
                 await _fail_past_deadline(payments, row.id, report)
         await _enqueue_missing(payments, [r.id for r in rows if now < r.settle_deadline_at], report)
         cursor = (rows[-1].settle_deadline_at, rows[-1].id)
+    await reconcile_payouts(payments, batch_size=batch_size)
     log.info("reconciled stuck intents", examined=report.examined, reenqueued=report.reenqueued,
              failed=report.failed, expired=report.expired)  # fmt: skip
     return report

@@ -1,0 +1,158 @@
+"""Payouts completed per second through the sandbox PSP, with 1 and 2 psp-worker processes.
+
+    .venv/bin/python bench/psp.py [--payouts 2000] [--latency-ms 20] [--workers 1 2] [--concurrency 256]
+
+For each worker count: a fresh database, the sandbox PSP (IPPS dialect) in this process answering
+every call after `--latency-ms`, payers funded and payouts confirmed while the `psp.ipps` queue is
+paused, then the psp-worker processes started, the queue resumed, and the time from the resume to the
+last intent settled measured. Each payout is two PSP calls (the beneficiary check, the transfer),
+each waiting the latency, so one worker must keep many payouts in flight (PSP_CONCURRENCY). The run
+checks that the sandbox received exactly one transfer per payout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import asyncpg
+import httpx
+
+from paymanager import bootstrap
+from paymanager.application.accounts.use_cases import OpenAccount, open_account
+from paymanager.application.intents import events
+from paymanager.application.intents.confirm import confirm_intent
+from paymanager.application.intents.create import IntentRequest, create_intent
+from paymanager.application.intents.settle import settle
+from paymanager.application.psp.config import set_config
+from paymanager.application.services.use_cases import create_service
+from paymanager.config import Settings
+from paymanager.db import migrations
+from paymanager.db.database import Database
+from paymanager.db.pool import create_pool
+from paymanager.domain.channels import AccountKind
+from paymanager.jobs.admin import pause_queue, resume_queue
+from paymanager.sandbox.psp import config_for, start_in_thread
+
+SERVER = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
+PAYERS = 64
+
+
+async def fresh_database() -> str:
+    name = f"bench_psp_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(f"{SERVER}/postgres")
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    url = f"{SERVER}/{name}"
+    conn = await asyncpg.connect(url)
+    await migrations.migrate(conn)
+    await conn.close()
+    return url
+
+
+async def drop(url: str) -> None:
+    admin = await asyncpg.connect(f"{SERVER}/postgres")
+    await admin.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+    await admin.close()
+
+
+async def prepare(url: str, sandbox_url: str, payouts: int) -> None:
+    """Payers funded and `payouts` ipps-transfers confirmed, their jobs waiting in a paused queue."""
+    pool = await create_pool(url, min_size=1, max_size=4)
+    settings = Settings(database_url=url, redis_url=None, worker_roles="api")  # type: ignore[arg-type]
+    components = await bootstrap.build(
+        settings, Database(url, pool), process_id="bench", reconcile_intents=False
+    )
+    payments = components.payments
+    await set_config(pool, payments.box, "ipps", json.dumps(config_for("ipps", sandbox_url)).encode())
+    async with pool.acquire() as conn:
+        await pause_queue(conn, "psp.ipps")
+        admin, _ = await create_service(conn, payments.box, "bench-admin", admin=True)
+        shop, _ = await create_service(conn, payments.box, "bench-shop", admin=False)
+    payers = []
+    for _ in range(PAYERS):
+        async with pool.acquire() as conn, conn.transaction():
+            account = await open_account(payments, conn, shop, OpenAccount(AccountKind.USER, "THB"))
+            funding = await create_intent(payments, conn, admin, IntentRequest(
+                "admin-transfer", 10_000_000_000, "THB", payee_account_id=account.id), [])  # fmt: skip
+            await confirm_intent(payments, conn, admin, funding.id, events.Pending())
+        async with pool.acquire() as conn, conn.transaction():
+            await settle(payments, conn, funding.id, settled_by="bench")
+        payers.append(account.id)
+    for n in range(payouts):
+        async with pool.acquire() as conn, conn.transaction():
+            intent = await create_intent(payments, conn, shop, IntentRequest(
+                "ipps-transfer", 1_000 + n, "THB", payer_account_id=payers[n % PAYERS],
+                metadata={"beneficiary_account": f"{n:010d}"}), [])  # fmt: skip
+            await confirm_intent(payments, conn, shop, intent.id, events.Pending())
+    await components.close()
+    await pool.close()
+
+
+def start_worker(url: str, concurrency: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "DATABASE_URL": url, "WORKER_ROLES": "psp-worker", "PSP_NAMES": "ipps",
+           "PSP_CONCURRENCY": str(concurrency), "LOG_LEVEL": "warning", "DB_POOL_MAX_SIZE": "20",
+           "PSP_POLL_INTERVAL_MS": "100"}  # fmt: skip
+    return subprocess.Popen([sys.executable, "-m", "paymanager", "run"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+async def one_run(workers: int, payouts: int, latency_ms: int, concurrency: int) -> dict[str, object]:
+    sandbox_url, server = start_in_thread()
+    async with httpx.AsyncClient() as http:
+        (await http.post(f"{sandbox_url}/admin/faults", json={"latency_ms": latency_ms})).raise_for_status()
+    url = await fresh_database()
+    procs = []
+    try:
+        await prepare(url, sandbox_url, payouts)
+        procs = [start_worker(url, concurrency) for _ in range(workers)]
+        conn = await asyncpg.connect(url)
+        while await conn.fetchval("SELECT count(*) FROM process WHERE stopped_at IS NULL") < workers:  # noqa: ASYNC110 - polls the database; no event exists
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1)  # every worker's claim loop running
+        started = time.perf_counter()
+        await resume_queue(conn, "psp.ipps")
+        while await conn.fetchval("SELECT count(*) FROM intent WHERE channel = 'ipps-transfer'"  # noqa: ASYNC110 - polls the database
+                                  " AND status = 'confirmed'"):  # fmt: skip
+            await asyncio.sleep(0.05)
+        seconds = time.perf_counter() - started
+        settled = await conn.fetchval(
+            "SELECT count(*) FROM intent WHERE channel = 'ipps-transfer' AND status = 'settled'"
+        )
+        await conn.close()
+        async with httpx.AsyncClient() as http:
+            submissions = (await http.get(f"{sandbox_url}/admin/submissions")).json()
+        return {
+            "workers": workers, "payouts": payouts, "settled": settled, "seconds": round(seconds, 2),
+            "payouts_per_s": round(payouts / seconds, 1), "submissions": sum(submissions.values()),
+            "max_per_tx": max(submissions.values()),
+        }  # fmt: skip
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=60)
+        server.should_exit = True
+        await drop(url)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--payouts", type=int, default=2_000)
+    parser.add_argument("--latency-ms", type=int, default=20)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--concurrency", type=int, default=256)
+    args = parser.parse_args()
+    for workers in args.workers:
+        result = await one_run(workers, args.payouts, args.latency_ms, args.concurrency)
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,120 @@
+"""What the three dialects share: an httpx client with timeouts, credentials kept out of every repr
+and log, and one mapping of transport faults to the port's errors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from paymanager.adapters.psp.port import PspError, PspRateLimitedError, PspUnavailableError
+from paymanager.adapters.secret_box import Secret
+from paymanager.logging import get_logger
+
+log = get_logger("paymanager.psp.http")
+
+DEFAULT_TIMEOUT_MS = 5_000
+DEFAULT_RETRY_AFTER_MS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class PspCredentials:
+    """A PSP's configuration as stored sealed (`paymanager psp config set`): where it is, and secrets."""
+
+    base_url: str
+    api_key: Secret[str]
+    webhook_secret: Secret[str] = field(default_factory=lambda: Secret(""))
+    webhook_public_key: str = ""
+    profile_id: str = "1"
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> PspCredentials:
+        """Parse the configuration file's JSON; a missing or wrongly typed field is a ValueError."""
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("a PSP configuration is a JSON object")
+        base_url = data.get("base_url")
+        api_key = data.get("api_key")
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError("base_url must be an http(s) URL")
+        if not isinstance(api_key, str) or not api_key:
+            raise ValueError("api_key must be a non-empty string")
+        timeout_ms = data.get("timeout_ms", DEFAULT_TIMEOUT_MS)
+        if not isinstance(timeout_ms, int) or not 10 <= timeout_ms <= 120_000:
+            raise ValueError("timeout_ms must be an integer within [10, 120000]")
+        return cls(
+            base_url=base_url.rstrip("/"),
+            api_key=Secret(api_key),
+            webhook_secret=Secret(str(data.get("webhook_secret", ""))),
+            webhook_public_key=str(data.get("webhook_public_key", "")),
+            profile_id=str(data.get("profile_id", "1")),
+            timeout_ms=timeout_ms,
+        )
+
+
+def retry_after_ms(response: httpx.Response) -> int:
+    raw = response.headers.get("retry-after", "")
+    try:
+        return max(0, int(float(raw) * 1000))
+    except ValueError:
+        return DEFAULT_RETRY_AFTER_MS
+
+
+class HttpPsp:
+    """The HTTP side of a driver. `send` answers the decoded JSON of a 2xx or an expected 4xx, raises
+    PspRateLimitedError on 429, PspUnavailableError on a 5xx or a transport fault."""
+
+    name = "psp"
+
+    def __init__(self, credentials: PspCredentials, *, max_connections: int = 200) -> None:
+        self.credentials = credentials
+        timeout = credentials.timeout_ms / 1000
+        self._client = httpx.AsyncClient(
+            base_url=credentials.base_url,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_url={self.credentials.base_url!r}, api_key='***')"
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.credentials.api_key.reveal()}"}
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        expect: tuple[int, ...] = (),
+        sends_money: bool = False,
+    ) -> tuple[int, Any]:
+        try:
+            response = await self._client.request(method, path, json=json_body, headers=self.auth_headers())
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise PspUnavailableError(
+                f"{self.name}: cannot connect ({type(exc).__name__})", ambiguous=False
+            ) from exc
+        except httpx.TimeoutException as exc:
+            # Sent, no answer: the PSP may have acted on it.
+            raise PspUnavailableError(f"{self.name}: no answer in time", ambiguous=sends_money) from exc
+        except httpx.HTTPError as exc:
+            raise PspUnavailableError(f"{self.name}: {type(exc).__name__}", ambiguous=sends_money) from exc
+        if response.status_code == 429:
+            raise PspRateLimitedError(retry_after_ms(response))
+        if response.status_code >= 500:
+            raise PspUnavailableError(f"{self.name}: HTTP {response.status_code}", ambiguous=sends_money)
+        if not (200 <= response.status_code < 300 or response.status_code in expect):
+            raise PspError(f"{self.name}: unexpected HTTP {response.status_code} on {method} {path}")
+        try:
+            body = response.json() if response.content else None
+        except ValueError as exc:
+            raise PspUnavailableError(f"{self.name}: the answer is not JSON", ambiguous=sends_money) from exc
+        return response.status_code, body
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,273 @@
+"""The payout job (`psp.payout`, queue `psp.<name>`): one PSP transaction driven to an end.
+
+Write-ahead: the state that says "a call may have gone out" (QUERY_PENDING, CONFIRM_PENDING) is
+committed BEFORE the call, so a worker that finds a transaction in it (after a crash, a timeout or
+a lost lease) inquires instead of sending again. Every change is a compare-and-set on the row's
+(state, version): two claims of one job, or a webhook racing the job, change it once.
+
+COMPLETED posts the payout's hold and FAILED voids it through `settle.finish`, in the transaction
+that writes the state and completes the job: the intent settles exactly once (the settlement row's
+primary key is the schema's guarantee).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import NoReturn, TypeVar
+
+from paymanager.adapters.psp.port import (
+    PayoutOrder,
+    PspDriver,
+    PspError,
+    PspRateLimitedError,
+    PspUnavailableError,
+    TransferResult,
+)
+from paymanager.application.context import Payments
+from paymanager.application.intents import events
+from paymanager.application.intents.settle import finish, publish
+from paymanager.application.intents.store import Intent, IntentStore
+from paymanager.application.psp.store import PspStore, PspTx
+from paymanager.db.pool import Conn
+from paymanager.domain.intents import IntentStatus
+from paymanager.domain.psp import PspOutcome, PspState, mask, state_of
+from paymanager.jobs import JobContext, PermanentError, RateLimitedError, enqueue
+from paymanager.logging import get_logger
+
+log = get_logger("paymanager.psp")
+
+T = TypeVar("T")
+
+PAYOUT_KIND = "psp.payout"
+# A payout job is retried by the engine only after an unexpected error or a lost worker; the PSP's
+# own faults are counted in psp_tx.attempts and end in MANUAL_REVIEW.
+PAYOUT_MAX_ATTEMPTS = 25
+PAYOUT_CHANNELS = {"ipps-transfer": "ipps"}
+# The longest wait between two tries of one step, whatever PSP_MAX_RETRIES.
+RETRY_DELAY_MAX_MS = 60_000
+
+
+def queue_of(psp: str) -> str:
+    return f"psp.{psp}"
+
+
+def payout_unique_key(tx_id: uuid.UUID) -> str:
+    return f"psp.payout:{tx_id}"
+
+
+def beneficiary_of(intent: Intent) -> str:
+    """The account the PSP pays: the intent's `metadata.beneficiary_account`, else the payer's own
+    account id (a payout to the user's linked bank account)."""
+    value = intent.metadata.get("beneficiary_account")
+    return str(value)[:64] if value else str(intent.payer_account_id)
+
+
+async def enqueue_payout(payments: Payments, conn: Conn, tx: PspTx) -> bool:
+    result = await enqueue(
+        conn, PAYOUT_KIND, {"psp_tx_id": str(tx.id)}, queue=queue_of(tx.psp),
+        max_attempts=PAYOUT_MAX_ATTEMPTS, unique_key=payout_unique_key(tx.id),
+    )  # fmt: skip
+    return bool(result.created)
+
+
+async def start_payout(payments: Payments, conn: Conn, intent: Intent) -> PspTx:
+    """Write the payout's PSP transaction (NEW) and its job, on the confirm's own transaction."""
+    psp = PAYOUT_CHANNELS[intent.channel]
+    tx = await PspStore(conn).insert(
+        tx_id=uuid.uuid4(), intent_id=intent.id, psp=psp, amount=intent.amount, currency=intent.currency,
+        beneficiary=beneficiary_of(intent), idempotency_key=uuid.uuid4(),
+    )  # fmt: skip
+    if tx is None:  # written already (a confirm run again by the idempotency layer)
+        found = await PspStore(conn).by_intent(intent_id=intent.id)
+        assert found is not None
+        return found
+    await enqueue_payout(payments, conn, tx)
+    return tx
+
+
+@dataclass(frozen=True, slots=True)
+class PayoutSettings:
+    poll_interval_ms: int
+    max_retries: int
+
+
+def retry_delay_ms(settings: PayoutSettings, attempts: int) -> int:
+    return int(min(settings.poll_interval_ms * 2 ** min(attempts, 16), RETRY_DELAY_MAX_MS))
+
+
+def order_of(tx: PspTx) -> PayoutOrder:
+    return PayoutOrder(tx.id, tx.idempotency_key, tx.amount, tx.currency, tx.beneficiary, tx.query_ref)
+
+
+class Payout:
+    """One run of a payout job: the steps from the state it finds, until an end or a wait."""
+
+    def __init__(
+        self, payments: Payments, driver: PspDriver, settings: PayoutSettings, ctx: JobContext
+    ) -> None:
+        self.payments = payments
+        self.driver = driver
+        self.settings = settings
+        self.ctx = ctx
+        self.tx_id = uuid.UUID(str(ctx.payload["psp_tx_id"]))
+
+    async def run(self) -> None:
+        tx = await self._load()
+        while True:
+            if tx.state in (PspState.COMPLETED, PspState.FAILED):
+                await self._end(tx, tx.state, None, None)
+                return
+            if tx.state is PspState.MANUAL_REVIEW:
+                return
+            if tx.state is PspState.NEW:
+                tx = await self._move(tx, PspState.QUERY_PENDING)
+            elif tx.state is PspState.QUERY_PENDING:
+                # The beneficiary check moves no money: asking again after a crash is safe.
+                result = await self._call(tx, self.driver.query(order_of(tx)))
+                if not result.accepted:
+                    await self._end(tx, PspState.FAILED, None, f"beneficiary refused: {result.reason}")
+                    return
+                tx = await self._move(tx, PspState.QUERIED, query_ref=result.query_ref)
+            elif tx.state is PspState.QUERIED:
+                tx = await self._move(tx, PspState.CONFIRM_PENDING)
+                answer = await self._call(tx, self.driver.transfer(order_of(tx)))
+                tx = await self._answered(tx, answer)
+            else:  # CONFIRM_PENDING found (after a crash or a timeout) or IN_PROGRESS: ask first
+                answer = await self._call(tx, self.driver.inquire(order_of(tx)))
+                if answer.outcome is PspOutcome.NOT_FOUND and self.driver.resends_safely:
+                    # The PSP deduplicates by our key: sending the same order again cannot pay twice.
+                    answer = await self._call(tx, self.driver.transfer(order_of(tx)))
+                tx = await self._answered(tx, answer)
+
+    async def _answered(self, tx: PspTx, answer: TransferResult) -> PspTx:
+        target = state_of(answer.outcome)
+        if target is None:
+            # Not found at an IPPS-like PSP: it never got the transfer, or has not yet; it is never
+            # sent again, so inquire later and, past the retries, let a person look.
+            await self._retry(tx, "the PSP does not know the transfer yet")
+        if target is PspState.IN_PROGRESS:
+            if tx.state is not PspState.IN_PROGRESS:
+                tx = await self._move(tx, PspState.IN_PROGRESS, confirm_ref=answer.reference)
+            self.ctx.snooze(self.settings.poll_interval_ms)
+        if target is PspState.MANUAL_REVIEW:
+            await self._to_review(tx, f"the PSP answered a status paymanager does not know: {answer.reason}")
+            return await self._load()
+        await self._end(tx, target, answer.reference, answer.reason)
+        return await self._load()
+
+    async def _call(self, tx: PspTx, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except PspRateLimitedError as exc:
+            raise RateLimitedError(exc.retry_after_ms, f"{self.driver.name} asked to wait") from exc
+        except (PspUnavailableError, PspError) as exc:
+            log.warning(
+                "PSP call failed", psp=tx.psp, psp_tx_id=str(tx.id), state=tx.state.value, error=str(exc)
+            )
+            await self._retry(tx, str(exc))
+
+    async def _retry(self, tx: PspTx, error: str) -> NoReturn:
+        attempts = tx.attempts + 1
+        if attempts > self.settings.max_retries:
+            await self._to_review(tx, f"{attempts} tries without an answer; last: {error}", attempts=attempts)
+            raise _Stop
+        moved = await self._store_move(tx, tx.state, attempts=attempts, last_error=error)
+        if moved is None:
+            raise _Stop  # someone else (a webhook, an operator) moved it: their change stands
+        self.ctx.snooze(retry_delay_ms(self.settings, attempts))
+
+    async def _to_review(self, tx: PspTx, reason: str, *, attempts: int | None = None) -> None:
+        moved = await self._store_move(tx, PspState.MANUAL_REVIEW, attempts=attempts, last_error=reason)
+        if moved is not None:
+            log.error("PSP transaction needs manual review", psp=tx.psp, psp_tx_id=str(tx.id),
+                      intent_id=str(tx.intent_id), reason=reason)  # fmt: skip
+
+    async def _move(self, tx: PspTx, state: PspState, **fields: str | None) -> PspTx:
+        moved = await self._store_move(tx, state, **fields)
+        if moved is None:
+            raise _Stop
+        return moved
+
+    async def _store_move(self, tx: PspTx, state: PspState, **fields: object) -> PspTx | None:
+        async with self.payments.pool.acquire() as conn:
+            return await PspStore(conn).move(tx=tx, state=state, **fields)  # type: ignore[arg-type]
+
+    async def _load(self) -> PspTx:
+        async with self.payments.pool.acquire() as conn:
+            tx = await PspStore(conn).get(tx_id=self.tx_id)
+        if tx is None:
+            raise PermanentError(f"PSP transaction {self.tx_id} does not exist")
+        return tx
+
+    async def _end(self, tx: PspTx, state: PspState, reference: str | None, reason: str | None) -> None:
+        """The terminal state, the intent's settlement and the job's completion, in one transaction."""
+        async with self.payments.pool.acquire() as conn, conn.transaction():
+            updated = await end_payout(self.payments, conn, tx, state, reference=reference, reason=reason)
+            await self.ctx.complete_in(conn)
+        if updated is not None:
+            await publish(self.payments, updated)
+
+
+class _Stop(Exception):
+    """The transaction moved under this run (or went to review): nothing more to do now."""
+
+
+async def end_payout(
+    payments: Payments,
+    conn: Conn,
+    tx: PspTx,
+    state: PspState,
+    *,
+    reference: str | None,
+    reason: str | None,
+    resolved_by: str | None = None,
+    resolution: str | None = None,
+) -> events.Event | None:
+    """Move `tx` to COMPLETED or FAILED (when not there yet) and settle its intent, on `conn`; the
+    intent's event when it changed. The intent row is locked first, as every settlement does."""
+    intent = await IntentStore(conn).get(intent_id=tx.intent_id, lock=True)
+    assert intent is not None, "psp_tx references its intent"
+    current = await PspStore(conn).get(tx_id=tx.id, lock=True)
+    assert current is not None
+    if current.state not in (PspState.COMPLETED, PspState.FAILED):
+        moved = await PspStore(conn).move(
+            tx=current, state=state, confirm_ref=reference, last_error=reason,
+            resolved_by=resolved_by, resolution=resolution,
+        )  # fmt: skip
+        assert moved is not None, "the row lock guarantees the state did not change"
+        current = moved
+    if intent.status is not IntentStatus.CONFIRMED:
+        return None
+    if current.state is PspState.COMPLETED:
+        updated = await finish(payments, conn, intent, IntentStatus.SETTLED, settled_by=f"psp:{tx.psp}")
+        if updated.status is not IntentStatus.SETTLED:
+            log.error("the PSP paid out but the ledger had expired the hold; reconcile by hand",
+                      psp_tx_id=str(tx.id), intent_id=str(intent.id))  # fmt: skip
+    else:
+        updated = await finish(
+            payments, conn, intent, IntentStatus.FAILED, settled_by=f"psp:{tx.psp}",
+            reason=f"the PSP did not pay out: {current.last_error or 'failed'}",
+        )  # fmt: skip
+    return events.event_payload(updated)
+
+
+def payout_handler(
+    payments: Payments, drivers: Mapping[str, PspDriver], settings: PayoutSettings
+) -> Callable[[JobContext], Awaitable[None]]:
+    async def handle(ctx: JobContext) -> None:
+        psp = ctx.queue.removeprefix("psp.")
+        driver = drivers.get(psp)
+        if driver is None:
+            raise PermanentError(f"no driver for PSP {psp!r} in this process")
+        try:
+            await Payout(payments, driver, settings, ctx).run()
+        except _Stop:
+            return
+
+    return handle
+
+
+def describe(tx: PspTx) -> str:
+    return f"{tx.psp} {tx.id} {tx.state.value} {tx.amount} {tx.currency} to {mask(tx.beneficiary)}"

@@ -1,0 +1,125 @@
+-- The PSP statements, read only by application/psp/store.py.
+
+-- name: psp_tx_insert
+-- A payout's PSP transaction, written NEW in the confirm's own transaction.
+INSERT INTO psp_tx (id, intent_id, psp, amount, currency, beneficiary, idempotency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (intent_id) DO NOTHING
+RETURNING *;
+
+-- name: psp_tx_get
+SELECT * FROM psp_tx WHERE id = $1;
+
+-- name: psp_tx_get_for_update
+SELECT * FROM psp_tx WHERE id = $1 FOR UPDATE;
+
+-- name: psp_tx_by_intent
+SELECT * FROM psp_tx WHERE intent_id = $1;
+
+-- name: psp_tx_by_reference
+-- A webhook names a payout by our transaction id or (Wise) by its idempotency key.
+SELECT * FROM psp_tx
+ WHERE psp = $1 AND (id::text = $2 OR idempotency_key::text = $2)
+ FOR UPDATE;
+
+-- name: psp_tx_move
+-- Compare-and-set on (state, version): a worker whose view is stale changes nothing.
+UPDATE psp_tx
+   SET state = $4, version = version + 1, attempts = $5,
+       query_ref = coalesce($6, query_ref), confirm_ref = coalesce($7, confirm_ref),
+       last_error = coalesce($8, last_error), updated_at = now(),
+       finished_at = CASE WHEN $4 IN ('COMPLETED', 'FAILED') THEN now() END,
+       resolved_by = coalesce($9, resolved_by),
+       resolved_at = CASE WHEN $9 IS NULL THEN resolved_at ELSE now() END,
+       resolution = coalesce($10, resolution)
+ WHERE id = $1 AND state = $2 AND version = $3
+RETURNING *;
+
+-- name: psp_tx_list
+SELECT * FROM psp_tx
+ WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR psp = $2)
+ ORDER BY created_at DESC, id
+ LIMIT $3;
+
+-- name: psp_tx_open_without_job
+-- Open transactions (not terminal, not waiting for a person) whose job is gone.
+SELECT t.* FROM psp_tx t
+ WHERE t.state NOT IN ('COMPLETED', 'FAILED', 'MANUAL_REVIEW')
+   AND NOT EXISTS (
+       SELECT 1 FROM job j
+        WHERE j.unique_key = 'psp.payout:' || t.id::text
+          AND j.state NOT IN ('completed', 'dead', 'cancelled'))
+ ORDER BY t.created_at
+ LIMIT $1;
+
+-- name: psp_tx_terminal_unsettled
+-- A terminal transaction whose intent is still confirmed: its settlement did not run yet.
+SELECT t.* FROM psp_tx t JOIN intent i ON i.id = t.intent_id
+ WHERE t.state IN ('COMPLETED', 'FAILED') AND i.status = 'confirmed'
+ LIMIT $1;
+
+-- name: payout_intents_without_tx
+-- Confirmed payouts (confirmed before PSP transactions existed) without a PSP transaction.
+SELECT i.id FROM intent i
+ WHERE i.status = 'confirmed' AND i.channel = 'ipps-transfer'
+   AND NOT EXISTS (SELECT 1 FROM psp_tx t WHERE t.intent_id = i.id)
+ LIMIT $1;
+
+-- name: psp_config_upsert
+INSERT INTO psp_config (psp, key_id, ciphertext, updated_at) VALUES ($1, $2, $3, now())
+ON CONFLICT (psp) DO UPDATE SET key_id = EXCLUDED.key_id, ciphertext = EXCLUDED.ciphertext,
+                                updated_at = now();
+
+-- name: psp_config_get
+SELECT * FROM psp_config WHERE psp = $1;
+
+-- name: psp_config_all
+SELECT * FROM psp_config ORDER BY psp;
+
+-- name: psp_webhook_insert
+-- Stored once per PSP event id: a repeated delivery inserts nothing.
+INSERT INTO psp_webhook_event (psp, event_id, body) VALUES ($1, $2, $3)
+ON CONFLICT (psp, event_id) DO NOTHING
+RETURNING psp, event_id;
+
+-- name: psp_webhook_get
+SELECT * FROM psp_webhook_event WHERE psp = $1 AND event_id = $2 FOR UPDATE;
+
+-- name: psp_webhook_done
+UPDATE psp_webhook_event SET processed_at = now(), outcome = $3 WHERE psp = $1 AND event_id = $2;
+
+-- name: balance_check_upsert
+-- The latest check; returns the state it replaced (NULL for the first), read under the row lock so
+-- two monitors racing on one tick see one change, not two.
+WITH previous AS (
+    SELECT state FROM psp_balance_check WHERE psp = $1 AND currency = $2 FOR UPDATE
+), upsert AS (
+    INSERT INTO psp_balance_check (psp, currency, state, ledger_balance, partner_balance, error, checked_at,
+                                   changed_at)
+    VALUES ($1, $2, $3, $4, $5, $6, now(), now())
+    ON CONFLICT (psp, currency) DO UPDATE
+       SET state = EXCLUDED.state, ledger_balance = EXCLUDED.ledger_balance,
+           partner_balance = EXCLUDED.partner_balance, error = EXCLUDED.error, checked_at = now(),
+           changed_at = CASE WHEN psp_balance_check.state = EXCLUDED.state
+                             THEN psp_balance_check.changed_at ELSE now() END
+    RETURNING state
+)
+SELECT (SELECT state FROM previous) AS previous_state;
+
+-- name: balance_alert_insert
+INSERT INTO psp_balance_alert (psp, currency, state, previous_state, ledger_balance, partner_balance, error)
+VALUES ($1, $2, $3, $4, $5, $6, $7);
+
+-- name: balance_checks
+SELECT * FROM psp_balance_check ORDER BY psp, currency;
+
+-- name: balance_alerts
+SELECT * FROM psp_balance_alert WHERE ($1::text IS NULL OR psp = $1) ORDER BY id;
+
+-- name: balance_tick_claim
+-- Claims the tick of `psp` when it is due, moving it $2 ms ahead: one row back for the one monitor
+-- that claimed it (ON CONFLICT re-checks the WHERE on the latest row version under its lock).
+INSERT INTO psp_balance_tick (psp, due_at) VALUES ($1, now() + $2 * interval '1 ms')
+ON CONFLICT (psp) DO UPDATE SET due_at = now() + $2 * interval '1 ms'
+ WHERE psp_balance_tick.due_at <= now()
+RETURNING psp;

@@ -1,0 +1,112 @@
+"""Payouts through the IPPS sandbox over real HTTP: every transition of psp_tx, and each fault the
+sandbox plays, end where they must, settle the intent once, and never send a transfer twice."""
+
+from __future__ import annotations
+
+from tests.integration.psp.conftest import PayoutApi
+
+
+async def test_a_payout_completes_posts_its_hold_and_was_sent_once(payouts: PayoutApi) -> None:
+    payer = await payouts.funded_account(100_000)
+    intent_id = await payouts.payout(payer, 5_000)
+    settled = await payouts.wait_status(intent_id, {"settled", "failed"})
+    assert settled["status"] == "settled"
+    assert settled["psp"]["state"] == "COMPLETED"
+    assert settled["psp"]["reference"].startswith("ipps-")
+    tx = await payouts.tx(intent_id)
+    assert payouts.sandbox.submissions() == {str(tx["id"]): 1}
+    assert tx["query_ref"] == f"q-{tx['id']}"
+    balance = await payouts.client.balance(payer)
+    assert balance["posted"] == 100_000 - 5_000 - settled["fee"]
+    assert balance["available"] == balance["posted"]
+    async with payouts.payments.pool.acquire() as conn:
+        settlement = await conn.fetchrow("SELECT * FROM settlement WHERE intent_id = $1", tx["intent_id"])
+    assert settlement["outcome"] == "posted"
+
+
+async def test_a_rejected_transfer_fails_the_intent_and_voids_its_hold(payouts: PayoutApi) -> None:
+    payer = await payouts.funded_account(100_000)
+    payouts.sandbox.faults(failure_rate=1)
+    intent_id = await payouts.payout(payer, 5_000)
+    failed = await payouts.wait_status(intent_id, {"settled", "failed"})
+    assert failed["status"] == "failed"
+    assert failed["psp"]["state"] == "FAILED"
+    assert "did not pay out" in failed["failure_reason"]
+    balance = await payouts.client.balance(payer)
+    assert balance["available"] == balance["posted"] == 100_000
+
+
+async def test_a_refused_beneficiary_fails_before_any_transfer(payouts: PayoutApi) -> None:
+    payer = await payouts.funded_account(100_000)
+    payouts.sandbox.faults(account_invalid_rate=1)
+    intent_id = await payouts.payout(payer, 5_000)
+    failed = await payouts.wait_status(intent_id, {"settled", "failed"})
+    assert failed["psp"]["state"] == "FAILED"
+    assert "beneficiary refused" in failed["psp"]["last_error"]
+    assert payouts.sandbox.submissions() == {}
+
+
+async def test_in_progress_is_polled_until_the_psp_completes(payouts: PayoutApi) -> None:
+    payer = await payouts.funded_account(100_000)
+    payouts.sandbox.faults(in_progress_polls=3)
+    intent_id = await payouts.payout(payer, 5_000)
+    settled = await payouts.wait_status(intent_id, {"settled", "failed"})
+    assert settled["status"] == "settled"
+    tx = await payouts.tx(intent_id)
+    assert payouts.sandbox.submissions() == {str(tx["id"]): 1}
+    assert tx["confirm_ref"] is not None
+
+
+async def test_accepted_then_timed_out_is_inquired_not_sent_again(payouts: PayoutApi) -> None:
+    payer = await payouts.funded_account(100_000)
+    payouts.sandbox.faults(accept_then_timeout_rate=1, hang_ms=2_000)
+    intent_id = await payouts.payout(payer, 5_000)
+    settled = await payouts.wait_status(intent_id, {"settled", "failed"})
+    assert settled["status"] == "settled"
+    tx = await payouts.tx(intent_id)
+    assert payouts.sandbox.submissions() == {str(tx["id"]): 1}
+    assert tx["attempts"] >= 1
+    assert "no answer" in tx["last_error"]
+
+
+async def test_a_psp_that_keeps_failing_ends_in_manual_review_with_the_hold_kept(payouts: PayoutApi) -> None:
+    payer = await payouts.funded_account(100_000)
+    intent_id = await payouts.payout(payer, 5_000)
+    await payouts.wait_psp_state(intent_id, {"COMPLETED"})
+    payouts.sandbox.faults(error_rate=1)
+    second = await payouts.payout(payer, 5_000)
+    review = await payouts.wait_psp_state(second, {"MANUAL_REVIEW"})
+    assert review["status"] == "confirmed"
+    tx = await payouts.tx(second)
+    assert tx["attempts"] == 4  # PSP_MAX_RETRIES (3) + 1
+    assert "HTTP 503" in tx["last_error"]
+    assert str(tx["id"]) not in payouts.sandbox.submissions()
+
+
+async def test_an_unknown_psp_status_goes_to_manual_review(payouts: PayoutApi) -> None:
+    payer = await payouts.funded_account(100_000)
+    payouts.sandbox.faults(manual_review_rate=1)
+    intent_id = await payouts.payout(payer, 5_000)
+    review = await payouts.wait_psp_state(intent_id, {"MANUAL_REVIEW"})
+    assert review["status"] == "confirmed"
+    assert "does not know" in review["psp"]["last_error"]
+
+
+async def test_a_429_makes_the_payout_wait_not_fail(payouts: PayoutApi) -> None:
+    payer = await payouts.funded_account(100_000)
+    payouts.sandbox.faults(rate_limited_requests=2, retry_after_s=0.2)
+    intent_id = await payouts.payout(payer, 5_000)
+    settled = await payouts.wait_status(intent_id, {"settled", "failed"})
+    assert settled["status"] == "settled"
+    tx = await payouts.tx(intent_id)
+    assert tx["attempts"] == 0  # a 429 is no failed try
+    assert payouts.sandbox.submissions() == {str(tx["id"]): 1}
+
+
+async def test_latency_is_waited_on_and_the_payout_completes(payouts: PayoutApi) -> None:
+    payer = await payouts.funded_account(100_000)
+    payouts.sandbox.faults(latency_ms=50, latency_jitter_ms=50)
+    ids = [await payouts.payout(payer, 1_000) for _ in range(5)]
+    for intent_id in ids:
+        assert (await payouts.wait_status(intent_id, {"settled", "failed"}))["status"] == "settled"
+    assert sorted(payouts.sandbox.submissions().values()) == [1] * 5
