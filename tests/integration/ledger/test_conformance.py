@@ -23,6 +23,7 @@ from paymanager.ledger import (
     ensure_accounts,
 )
 from tests.integration.ledger.conftest import Backend, FakeClock
+from tests.support.waiting import wait_until
 
 AR = CreateAccountResult
 TR = CreateTransferResult
@@ -406,6 +407,34 @@ async def test_post_after_timeout_fails_as_expired_and_expiry_releases_the_hold(
     void = Transfer(id=b.new_id(), pending_id=short.id, flags=F.VOID_PENDING_TRANSFER)
     post_long = Transfer(id=b.new_id(), pending_id=long.id, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
     assert await results(b, void, post_long) == [TR.pending_transfer_expired, TR.created]
+
+
+async def test_tigerbeetle_expires_a_pending_transfer_by_itself_on_its_own_clock(
+    backend: Backend,
+) -> None:
+    """The same rule on a real replica: a 1 s timeout, waited for on the server's clock."""
+    b = backend
+    if b.clock is not None:
+        pytest.skip("the PostgreSQL ledger's expiry runs on a test clock (the test above)")
+    debit, credit = await accounts(b, 0, 0)
+    short = xfer(b, debit, credit, 30, flags=F.PENDING, timeout=1)
+    long = xfer(b, debit, credit, 40, flags=F.PENDING, timeout=3600)
+    assert await results(b, short, long) == [TR.created, TR.created]
+
+    async def released() -> bool:
+        return await balances(b, debit) == (40, 0, 0, 0)
+
+    await wait_until(released, timeout_s=30)
+    assert await balances(b, credit) == (0, 0, 40, 0)
+    post = Transfer(id=b.new_id(), pending_id=short.id, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
+    void = Transfer(id=b.new_id(), pending_id=short.id, flags=F.VOID_PENDING_TRANSFER)
+    post_long = Transfer(id=b.new_id(), pending_id=long.id, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
+    assert await results(b, post, void, post_long) == [
+        TR.pending_transfer_expired,
+        TR.pending_transfer_expired,
+        TR.created,
+    ]
+    assert await b.ledger.expire_pending() == 0  # nothing for paymanager to do
 
 
 async def test_balancing_debit_moves_at_most_the_available_balance(backend: Backend) -> None:

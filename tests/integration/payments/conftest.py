@@ -59,9 +59,9 @@ async def payments(pool: asyncpg.Pool, database_url: str) -> Payments:
     return (await build_components(pool, database_url)).payments
 
 
-@pytest.fixture
-async def api(pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
-    components = await build_components(pool, database_url)
+async def open_api(pool: asyncpg.Pool, database_url: str, **overrides: object) -> AsyncIterator[Api]:
+    """An in-process API on components built with `overrides` (e.g. the TigerBeetle ledger)."""
+    components = await build_components(pool, database_url, **overrides)
     payments = components.payments
     clock = FixedClock()
     payments.clock = clock
@@ -73,10 +73,19 @@ async def api(pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
         admin, admin_secret = await create_service(conn, payments.box, "admin", admin=True)
         plain, plain_secret = await create_service(conn, payments.box, "shop", admin=False)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield Api(
-            components, payments, clock, SignedClient(http, admin.id, admin_secret),
-            SignedClient(http, plain.id, plain_secret), http, app,
-        )  # fmt: skip
-    for service in reversed(services):
-        await service.stop(5)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            yield Api(
+                components, payments, clock, SignedClient(http, admin.id, admin_secret),
+                SignedClient(http, plain.id, plain_secret), http, app,
+            )  # fmt: skip
+    finally:
+        for service in reversed(services):
+            await service.stop(5)
+        await components.close()
+
+
+@pytest.fixture
+async def api(pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
+    async for opened in open_api(pool, database_url):
+        yield opened
