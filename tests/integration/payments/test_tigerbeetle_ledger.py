@@ -16,6 +16,7 @@ from paymanager.application import ledger_ops
 from paymanager.application.holds import resolve
 from paymanager.application.ids import transfer_id
 from paymanager.application.intents import events
+from paymanager.application.intents.cancel import cancel_intent
 from paymanager.application.intents.confirm import confirm_intent
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle, settle_many
@@ -73,6 +74,10 @@ async def _confirmed(api: Api, payer: str, payee: str, amount: int) -> tuple[str
     confirmed = await api.client.post(f"/intents/{created.json()['id']}/confirm")
     assert confirmed.status_code == 200, confirmed.text
     return created.json()["id"], created.json()["fee"]
+
+
+def _shop(api: Api) -> ServiceIdentity:
+    return ServiceIdentity(api.client.service_id, "shop", frozenset(), Secret(b"unused"))
 
 
 async def _status(api: Api, intent_id: str) -> str:
@@ -203,8 +208,9 @@ async def test_a_decided_void_wins_over_a_later_settlement_so_post_and_void_neve
     payer, payee = await _funded_pair(api)
     intent_id, _ = await _confirmed(api, payer, payee, 1_000)
     api.payments.checkpoint = crash_once_at(resolve.DECIDED)
-    cancel = await api.client.post(f"/intents/{intent_id}/cancel")
-    assert cancel.status_code == 500  # the injected crash, after the void was decided
+    with pytest.raises(Crash):
+        async with api.payments.pool.acquire() as conn, conn.transaction():
+            await cancel_intent(api.payments, conn, _shop(api), uuid.UUID(intent_id), [])
     assert await _decision(api, intent_id) == ("void", "cancelled")
     assert await _status(api, intent_id) == "confirmed"
     await _settle(api, intent_id)  # the settlement job comes next and carries out the void
@@ -227,7 +233,7 @@ async def test_crash_between_the_hold_and_the_confirm_commit_is_found_by_the_ret
     }  # fmt: skip
     retried = (await api.client.post("/intents", body)).json()
     released = (await api.client.post("/intents", body)).json()
-    caller = ServiceIdentity(api.client.service_id, "shop", frozenset(), Secret(b"unused"))
+    caller = _shop(api)
     for intent in (retried, released):
         async with api.payments.pool.acquire() as conn:
             transaction = conn.transaction()
