@@ -173,6 +173,10 @@ async def hold(
     if all(r.ok for r in results):
         return
     reasons = {r.result for r in results} - {CreateTransferResult.linked_event_failed}
+    if reasons == {CreateTransferResult.exists}:
+        # The same hold again (a confirm retried after a crash on TigerBeetle): a repeated linked
+        # chain answers `exists` for its first event and fails the rest, all of which exist.
+        return
     if reasons == {CreateTransferResult.id_already_failed}:
         raise HoldIdBurnedError(f"the hold id of intent {intent.id} failed before")
     if CreateTransferResult.exceeds_credits in reasons:

@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from paymanager.ledger import AMOUNT_MAX, Transfer, TransferFlags
+from paymanager.ledger import AMOUNT_MAX, AccountFlags, Transfer, TransferFlags
 from paymanager.ledger.tigerbeetle import TigerBeetleLedger
 from tests.support.databases import run_sync
 from tests.support.examples import examples
@@ -38,13 +38,23 @@ def tame(t: Transfer) -> Transfer:
     return replace(t, amount=amount, timeout=TIMEOUTS.get(t.timeout, t.timeout))
 
 
+# Flags the PostgreSQL ledger (and so the model) answers `reserved_flag` to, which TigerBeetle
+# implements (ledger/__init__.py lists them): dropped from the programs.
+UNSUPPORTED_ACCOUNT = AccountFlags.IMPORTED
+UNSUPPORTED_TRANSFER = F.IMPORTED | F.CLOSING_DEBIT | F.CLOSING_CREDIT
+
+
 def tame_program(program: list[Any]) -> list[Any]:
     kept = []
     for step in program:
         if step[0] == "transfers":
-            kept.append(("transfers", [tame(t) for t in step[1]]))
+            batch = [tame(t) for t in step[1] if not t.flags & UNSUPPORTED_TRANSFER]
+            if batch:
+                kept.append(("transfers", batch))
         elif step[0] == "accounts":
-            kept.append(step)
+            batch = [a for a in step[1] if not a.flags & UNSUPPORTED_ACCOUNT]
+            if batch:
+                kept.append(("accounts", batch))
     return kept
 
 
@@ -84,7 +94,7 @@ async def run(address: str, program: list[Any]) -> None:
 
 
 @settings(
-    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(program=steps())
 def test_tigerbeetle_agrees_with_the_model(tigerbeetle_address: str, program: list[Any]) -> None:

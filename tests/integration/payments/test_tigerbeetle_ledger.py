@@ -314,9 +314,13 @@ async def test_an_invoice_expiring_on_tigerbeetle_ends_without_moving_money(tb_a
     }  # fmt: skip
     due = (await api.client.post("/intents", body)).json()["id"]
     api.clock.now = datetime.now(UTC) + timedelta(seconds=120)
-    confirm = await api.client.post(f"/intents/{due}/confirm")
+    refused = await api.client.request(
+        "POST", f"/intents/{due}/confirm", timestamp=int(api.clock.now.timestamp())
+    )
     api.clock.now = None
-    assert confirm.json()["status"] == "expired", confirm.text
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"]["code"] == "intent_expired"
+    assert await _status(api, due) == "expired"
     assert (await api.client.balance(merchant))["posted"] == 0
 
 
