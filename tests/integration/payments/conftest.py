@@ -3,6 +3,7 @@ API (real FastAPI app over ASGI) with signing clients for an admin and an ordina
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,8 +56,8 @@ async def build_components(
 
 
 @pytest.fixture
-async def payments(pool: asyncpg.Pool, database_url: str) -> Payments:
-    return (await build_components(pool, database_url)).payments
+async def payments(request: pytest.FixtureRequest, pool: asyncpg.Pool, database_url: str) -> Payments:
+    return (await build_components(pool, database_url, **ledger_overrides(request))).payments
 
 
 async def open_api(pool: asyncpg.Pool, database_url: str, **overrides: object) -> AsyncIterator[Api]:
@@ -85,7 +86,18 @@ async def open_api(pool: asyncpg.Pool, database_url: str, **overrides: object) -
         await components.close()
 
 
+# TEST_LEDGER_BACKEND=tigerbeetle runs the payments tests on a TigerBeetle replica of the test
+# process (tests/conftest.py); unset, on the PostgreSQL ledger.
+LEDGER_BACKEND = os.environ.get("TEST_LEDGER_BACKEND", "postgres")
+
+
+def ledger_overrides(request: pytest.FixtureRequest) -> dict[str, object]:
+    if LEDGER_BACKEND != "tigerbeetle":
+        return {}
+    return {"ledger_backend": "tigerbeetle", "tb_address": request.getfixturevalue("tigerbeetle_address")}
+
+
 @pytest.fixture
-async def api(pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
-    async for opened in open_api(pool, database_url):
+async def api(request: pytest.FixtureRequest, pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
+    async for opened in open_api(pool, database_url, **ledger_overrides(request)):
         yield opened
