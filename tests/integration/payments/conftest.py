@@ -91,6 +91,12 @@ async def open_api(pool: asyncpg.Pool, database_url: str, **overrides: object) -
 LEDGER_BACKEND = os.environ.get("TEST_LEDGER_BACKEND", "postgres")
 
 
+def postgres_ledger_only(why: str) -> None:
+    """Skip a test of the PostgreSQL ledger's own mechanics when the suite runs on TigerBeetle."""
+    if LEDGER_BACKEND == "tigerbeetle":
+        pytest.skip(f"PostgreSQL ledger only: {why}")
+
+
 def ledger_overrides(request: pytest.FixtureRequest) -> dict[str, object]:
     if LEDGER_BACKEND != "tigerbeetle":
         return {}
