@@ -26,7 +26,8 @@ from tests.integration.payments.conftest import build_components
 from tests.support.processes import PaymanagerProcess, paymanager_env
 from tests.support.tigerbeetle_server import TigerBeetleCluster, find_binary
 
-pytestmark = pytest.mark.slow
+# Three replicas fault in 4.3 GiB before the run starts: slow on a busy machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 INTENTS = 400
 PAYERS = 20
