@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_WORKERS ?= 4
 
-.PHONY: run test lint typecheck unit migrate clean docs bench-driver chaos mutate
+.PHONY: run test lint typecheck unit migrate clean docs bench-driver chaos mutate cluster test-tigerbeetle
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,14 @@ typecheck: $(BIN)/.installed
 ## chaos: the chaos suites at five times the scale CI runs them (kills, outages, restarts).
 chaos: $(BIN)/.installed
 	CHAOS_SCALE=$${CHAOS_SCALE:-5} $(BIN)/pytest tests/chaos -q -s
+
+## test-tigerbeetle: the payments suite again, on a TigerBeetle replica of each test process.
+test-tigerbeetle: $(BIN)/.installed
+	TEST_LEDGER_BACKEND=tigerbeetle $(BIN)/pytest tests/integration/payments -n $(PYTEST_WORKERS) -q
+
+## cluster: a three-replica TigerBeetle cluster on this machine until Ctrl-C (prints its TB_ADDRESS).
+cluster: $(BIN)/.installed
+	$(BIN)/python scripts/tb_cluster.py 3
 
 unit: $(BIN)/.installed
 	$(BIN)/pytest tests/unit -q

@@ -1,7 +1,9 @@
 """Payment intents: how fast they settle, and the API's latency under rising load.
 
 Run: `.venv/bin/python bench/intents.py` (PostgreSQL at BENCH_DATABASE_URL, default localhost:5432;
-a fresh database is created and dropped).
+a fresh database is created and dropped). `--backend tigerbeetle [--count 2000 --rounds 3]` runs
+phase 2 alone on both ledgers in the same run (a TigerBeetle replica of its own unless TB_ADDRESS
+names one; see bench/ledger.py).
 
 Printed, all in one run on this machine:
 1. engine baseline: one in-process job Worker draining N no-op outbox jobs (jobs/s);
@@ -112,10 +114,13 @@ class Setup:
         return self.components.payments
 
 
-async def setup(url: str) -> Setup:
+async def setup(url: str, **settings: Any) -> Setup:
     pool = await create_pool(url, min_size=1, max_size=10)
     components = await bootstrap.build(
-        Settings(database_url=url), Database(url, pool), process_id="bench", reconcile_intents=False
+        Settings(database_url=url, **settings),
+        Database(url, pool),
+        process_id="bench",
+        reconcile_intents=False,
     )
     payments = components.payments
     async with pool.acquire() as conn, conn.transaction():
@@ -568,6 +573,42 @@ async def phases_1_to_4(
             print(f"   {rate:13d}  {achieved:14.0f}  {p50:6.1f}  {p99:6.1f}  {shown}  {failed:14d}")
 
 
+async def compare_backends(count: int, rounds: int, tb_address: str) -> None:
+    """Phase 2 (one in-process worker draining confirmed intents with the real `intent.settle`
+    handler) on the PostgreSQL ledger and on TigerBeetle, in the same run, rounds alternating."""
+    urls = {"postgres": await make_database(), "tigerbeetle": await make_database()}
+    try:
+        setups = {
+            "postgres": await setup(urls["postgres"]),
+            "tigerbeetle": await setup(
+                urls["tigerbeetle"], ledger_backend="tigerbeetle", tb_address=tb_address
+            ),
+        }
+        figures: dict[str, list[float]] = {name: [] for name in setups}
+        for round_ in range(rounds):
+            order = list(setups) if round_ % 2 == 0 else list(reversed(setups))
+            for name in order:
+                s = setups[name]
+                await backlog(s, count)
+                figures[name].append(
+                    await in_process(s, count, settle_handler(s.payments, batch_max=BATCH), None)
+                )
+        for s in setups.values():
+            await s.components.close()
+            await s.payments.pool.close()
+    finally:
+        for url in urls.values():
+            await drop_database(url)
+    print(f"settlement, 1 in-process worker, {count} confirmed intents per round, median of {rounds} rounds:")
+    for name, values in figures.items():
+        print(
+            f"  {name:<12} {statistics.median(values):8.0f} intents/s"
+            f"  ({min(values):.0f} .. {max(values):.0f})"
+        )
+    ratio = statistics.median(figures["tigerbeetle"]) / statistics.median(figures["postgres"])
+    print(f"  tigerbeetle / postgres: {ratio:.2f}x (goal >= 1x)")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=5_000, help="Jobs / intents per drain phase.")
@@ -590,7 +631,17 @@ async def main() -> None:
         action="store_true",
         help="Run phases 1-3 alone (the engine baseline and settlement).",
     )
+    parser.add_argument(
+        "--backend", choices=("postgres", "tigerbeetle"), default="postgres",
+        help="tigerbeetle: settlement (phase 2) on TigerBeetle beside the PostgreSQL ledger, alone",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="Rounds of --backend tigerbeetle.")
     args = parser.parse_args()
+    if args.backend == "tigerbeetle":
+        from bench.ledger import with_tigerbeetle
+
+        await with_tigerbeetle(lambda address: compare_backends(args.count, args.rounds, address))
+        return
     global LOADGEN
     LOADGEN = args.loadgen
     if args.only_ab and not args.ab:

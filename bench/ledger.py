@@ -1,6 +1,15 @@
 """Ledger throughput: transfers/s of PostgresLedger against a naive baseline, in the same run.
 
     .venv/bin/python bench/ledger.py [--transfers 10000] [--rounds 3] [--keep]
+    .venv/bin/python bench/ledger.py --backend tigerbeetle [--transfers 10000] [--rounds 3]
+
+`--backend tigerbeetle` measures, in the same run and rounds interleaved, one client sending
+batches of 1, 100 and 1,000 random transfers among 10,000 accounts to: the TigerBeetle adapter
+(`TigerBeetleLedger`), the official Python client driven directly (`tigerbeetle.ClientAsync`, the
+adapter's floor), and the PostgreSQL ledger; and prints the ratios the goals of issue 20 are stated
+in. It starts a TigerBeetle replica of its own (`--development --experimental --limit-request=1MiB`,
+full 8,189-event requests, about 1.8 GiB; the binary as the tests find it) unless `TB_ADDRESS` names
+a running cluster.
 
 Creates a fresh database on BENCH_DATABASE_URL's server (default: the local PostgreSQL at
 127.0.0.1:5432), migrates it, creates 10,000 accounts and measures:
@@ -25,8 +34,10 @@ import asyncio
 import os
 import random
 import statistics
+import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
@@ -34,7 +45,12 @@ import asyncpg
 from paymanager.db import migrations
 from paymanager.db.pool import create_pool
 from paymanager.db.sql import parse_queries
-from paymanager.ledger import Account, PostgresLedger, Transfer
+from paymanager.ledger import Account, PostgresLedger, TigerBeetleLedger, Transfer
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.tigerbeetle_server import TigerBeetleCluster, find_binary  # noqa: E402
 
 SERVER = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 ACCOUNTS = 10_000
@@ -241,6 +257,64 @@ def print_cpu(cpu: dict[str, list[tuple[float, float | None]]]) -> None:
         )
 
 
+async def compare_backends(total: int, rounds: int, url: str, tb_address: str) -> None:
+    """TigerBeetle (adapter and raw client) beside the PostgreSQL ledger, rounds interleaved."""
+    import tigerbeetle as tb
+
+    from paymanager.ledger.tigerbeetle import _to_tb_transfer
+
+    pool = await create_pool(url, min_size=2, max_size=4)
+    pg = PostgresLedger(pool)
+    tbl = await TigerBeetleLedger.connect(tb_address, attempts=3, backoff_ms=500)
+    raw = tb.ClientAsync(cluster_id=0, replica_addresses=tb_address)
+    accounts = [Account(i, ledger=1, code=1) for i in range(1, ACCOUNTS + 2)]
+    for i in range(0, len(accounts), 5000):
+        await pg.create_accounts(accounts[i : i + 5000])
+        await tbl.create_accounts(accounts[i : i + 5000])
+    rng = random.Random(42)
+    ids = Ids()
+
+    async def run_raw(transfers: list[Transfer], size: int) -> float:
+        # The client's own objects are built outside the timing, as a caller of the client would
+        # hold them: this is the floor the adapter's translation adds to.
+        batches = [
+            [_to_tb_transfer(tb, t) for t in transfers[i : i + size]] for i in range(0, len(transfers), size)
+        ]
+        started = time.perf_counter()
+        for batch in batches:
+            results = await raw.create_transfers(batch)
+            assert all(r.status == tb.CreateTransferStatus.CREATED for r in results), results[:3]
+        return len(transfers) / (time.perf_counter() - started)
+
+    for ledger in (pg, tbl):  # warm-up
+        await run_batches(ledger, make_transfers(ids, 2000, False, rng), 100)  # type: ignore[arg-type]
+    results: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for size in (1, 100, 1000):
+            count = max(200, total // 20) if size == 1 else total
+            for name, run in (
+                ("postgres", lambda t, s: run_batches(pg, t, s)),
+                ("tigerbeetle", lambda t, s: run_batches(tbl, t, s)),  # type: ignore[arg-type]
+                ("tigerbeetle client", run_raw),
+            ):
+                value = await run(make_transfers(ids, count, False, rng), size)
+                results.setdefault(f"{name} batch {size}", []).append(value)
+    await raw.close()
+    await tbl.close()
+    await pool.close()
+    median = {name: statistics.median(values) for name, values in results.items()}
+    print(f"one client, random transfers; median of {rounds} rounds; transfers/s (min .. max)")
+    for name, values in results.items():
+        print(f"  {name:<32} {median[name]:>9,.0f}   ({min(values):,.0f} .. {max(values):,.0f})")
+    print()
+    for size in (1, 100, 1000):
+        tb_pg = median[f"tigerbeetle batch {size}"] / median[f"postgres batch {size}"]
+        tb_raw = median[f"tigerbeetle batch {size}"] / median[f"tigerbeetle client batch {size}"]
+        goal = "  (goal >= 1.5x)" if size == 1000 else ""
+        print(f"  batch {size:<5} tigerbeetle / postgres        {tb_pg:>6.2f}x{goal}")
+        print(f"  batch {size:<5} adapter / official client     {tb_raw:>6.2f}x  (goal >= 0.9x)")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -248,6 +322,11 @@ async def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds; figures are medians")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
+    parser.add_argument(
+        "--backend", choices=("postgres", "tigerbeetle"), default="postgres",
+        help="postgres: the PostgreSQL ledger against the naive baseline; tigerbeetle: TigerBeetle "
+        "(adapter and official client) beside the PostgreSQL ledger",
+    )  # fmt: skip
     args = parser.parse_args()
     name = f"pm_bench_ledger_{os.getpid()}"
     admin = await asyncpg.connect(SERVER)
@@ -257,11 +336,31 @@ async def main() -> None:
         conn = await asyncpg.connect(url)
         await migrations.migrate(conn)
         await conn.close()
-        await bench(args.transfers, args.rounds, url)
+        if args.backend == "tigerbeetle":
+            await with_tigerbeetle(
+                lambda address: compare_backends(args.transfers, args.rounds, url, address)
+            )
+        else:
+            await bench(args.transfers, args.rounds, url)
     finally:
         if not args.keep:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+async def with_tigerbeetle(work: Callable[[str], Awaitable[None]]) -> None:
+    """`work(TB_ADDRESS)` on the cluster TB_ADDRESS names, else on a replica started for the run."""
+    if os.environ.get("TB_ADDRESS"):
+        await work(os.environ["TB_ADDRESS"])
+        return
+    binary = find_binary()
+    if binary is None:
+        raise SystemExit("no tigerbeetle binary (TIGERBEETLE_BIN, PATH or ../shared/bin/tigerbeetle)")
+    cluster = TigerBeetleCluster(binary, full_batches=True)
+    try:
+        await work(cluster.address)
+    finally:
+        cluster.close()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from paymanager.db.pool import create_pool
 from tests.support.databases import DatabaseFactory, find_server, run_sync
 from tests.support.examples import load_scaled_profile
+from tests.support.tigerbeetle_server import TigerBeetleCluster, find_binary
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -70,3 +71,27 @@ def redis_url() -> str:
             pytest.fail(message + " (CI must provide it)")
         pytest.skip(message)
     return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def tigerbeetle_address() -> Iterator[str]:
+    """TB_ADDRESS of a TigerBeetle replica of this test process (started on first use, stopped at the
+    end), or of the cluster TEST_TB_ADDRESS names. No binary: skip locally, FAIL in CI.
+
+    A `--development` replica without `--limit-request`: 1.4 GiB rather than 1.8, and requests of at
+    most 253 events, so every larger batch of the tests goes through the adapter's splitting."""
+    external = os.environ.get("TEST_TB_ADDRESS")
+    if external:
+        yield external
+        return
+    binary = find_binary()
+    if binary is None:
+        message = "no tigerbeetle binary (TIGERBEETLE_BIN, PATH or ../shared/bin/tigerbeetle)"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI must provide it)")
+        pytest.skip(message)
+    cluster = TigerBeetleCluster(binary, full_batches=False)
+    try:
+        yield cluster.address
+    finally:
+        cluster.close()

@@ -65,7 +65,7 @@ from paymanager.jobs import (
     set_rate_limit,
 )
 from paymanager.jobs.maintenance import Maintenance
-from paymanager.ledger import LedgerUnavailableError, PostgresLedger
+from paymanager.ledger import Ledger, LedgerUnavailableError, PostgresLedger, open_ledger
 from paymanager.logging import get_logger
 from paymanager.rate_text import parse_rate_limit
 from paymanager.roles import Role
@@ -103,7 +103,7 @@ class Components:
     settings: Settings
     database: Database
     process_id: str
-    ledger: PostgresLedger
+    ledger: Ledger
     redis: aioredis.Redis | None
     payments: Payments
     # The api role's NOTIFY hub of the SSE streams (None without the role).
@@ -197,18 +197,20 @@ async def _step(name: str, work: Awaitable[T]) -> T:
     return result
 
 
-async def connect_ledger(settings: Settings, database: Database) -> PostgresLedger:
-    """The PostgreSQL ledger on the process pool, tried `LEDGER_CONNECT_ATTEMPTS` times, n x backoff apart.
+async def connect_ledger(settings: Settings, database: Database) -> Ledger:
+    """The configured ledger, tried `LEDGER_CONNECT_ATTEMPTS` times, n x `LEDGER_CONNECT_BACKOFF_MS` apart.
 
-    Payments hold, post and void inside the transaction that changes the intent (and completes the
-    settlement job), which only the PostgreSQL ledger can join; so the TigerBeetle backend is refused
-    here with that reason rather than run without the guarantee.
+    PostgreSQL: the ledger on the process pool (payments hold, post and void in the intent's own
+    transaction). TigerBeetle: the cluster of `TB_ADDRESS` (every replica's address, comma-separated);
+    payments then follow the decide-then-apply protocol of application/holds/resolve.py. When no try
+    reached the ledger, `LedgerUnavailableError` says so and the process exits 1.
     """
-    if settings.ledger_backend != "postgres":
-        raise RuntimeError(
-            "payments need LEDGER_BACKEND=postgres: holds commit in the intent's own transaction, which "
-            "TigerBeetle cannot join (the TigerBeetle adapter serves `paymanager ledger` commands)"
-        )
+    if settings.ledger_backend == "tigerbeetle":
+        return await open_ledger(
+            "tigerbeetle", pool=database.pool, tb_address=settings.tb_address,
+            tb_cluster_id=settings.tb_cluster_id, attempts=settings.ledger_connect_attempts,
+            backoff_ms=settings.ledger_connect_backoff_ms,
+        )  # fmt: skip
     ledger = PostgresLedger(database.pool)
     attempts = settings.ledger_connect_attempts
     for attempt in range(1, attempts + 1):
@@ -234,7 +236,7 @@ async def connect_redis(settings: Settings) -> aioredis.Redis | None:
 def _payments(
     settings: Settings,
     database: Database,
-    ledger: PostgresLedger,
+    ledger: Ledger,
     redis: aioredis.Redis | None,
     process_id: str,
 ) -> Payments:

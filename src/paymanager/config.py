@@ -86,12 +86,14 @@ class Settings(BaseSettings):
 
     # --- ledger --------------------------------------------------------------------------------
     ledger_backend: LedgerBackend = Field(
-        default="postgres", description="postgres (tigerbeetle: reserved, not wired to payments yet)."
+        default="postgres",
+        description="postgres (the ledger in the database) or tigerbeetle (the cluster at TB_ADDRESS).",
     )
     tb_address: str = Field(
-        default="3000", description="TigerBeetle replica addresses (reserved for the tigerbeetle backend)."
+        default="3000",
+        description="Every TigerBeetle replica's address, comma-separated (host:port, or a local port).",
     )
-    tb_cluster_id: int = Field(default=0, ge=0, description="TigerBeetle cluster id (reserved).")
+    tb_cluster_id: int = Field(default=0, ge=0, description="TigerBeetle cluster id.")
     ledger_connect_attempts: int = Field(
         default=5, ge=1, le=50, description="Tries to connect the ledger at start-up."
     )
@@ -365,12 +367,6 @@ class Settings(BaseSettings):
             problems.append(
                 f"INVOICE_DEFAULT_TTL_SEC ({self.invoice_default_ttl_sec}) is longer than "
                 f"INVOICE_MAX_TTL_SEC ({self.invoice_max_ttl_sec})"
-            )
-        if self.ledger_backend == "tigerbeetle":
-            # The adapter (ledger/tigerbeetle.py) is tested through the ledger port, but payments and
-            # the ledger CLI run on PostgreSQL; accepting the value here only failed start-up later.
-            problems.append(
-                "LEDGER_BACKEND=tigerbeetle is not wired to payments yet; use LEDGER_BACKEND=postgres"
             )
         job_roles = {Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY}
         if self.worker_roles & job_roles and self.db_pool_max_size < JOB_WORKER_POOL_MIN:

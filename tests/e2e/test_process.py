@@ -87,7 +87,6 @@ def test_unknown_role_exits_two_with_the_message(database_url: str) -> None:
     [
         ("PSP_CONFIG_KEK", "c2VjcmV0"),  # base64, but 6 bytes
         ("PSP_CONFIG_KEK_PREVIOUS", "not base64!"),
-        ("LEDGER_BACKEND", "tigerbeetle"),
         ("DB_POOL_MAX_SIZE", "3"),  # the job worker pins 3 connections and needs 4
     ],
 )

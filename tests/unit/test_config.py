@@ -93,13 +93,18 @@ def test_pool_bounds_relation_is_checked() -> None:
     [
         {"PSP_CONFIG_KEK": "c2VjcmV0"},  # seed step: "must decode to 32 bytes"
         {"PSP_CONFIG_KEK_PREVIOUS": "not base64!"},  # seed step: "must be base64 of 32 bytes"
-        {"LEDGER_BACKEND": "tigerbeetle"},  # connect-ledger step: "payments need LEDGER_BACKEND=postgres"
         {"DB_POOL_MIN_SIZE": "1", "DB_POOL_MAX_SIZE": "3"},  # worker start: "max_size must be at least 4"
     ],
 )
 def test_value_refused_later_by_start_up_is_refused_by_settings(env: dict[str, str]) -> None:
     with pytest.raises(ValidationError):
         make(**env)
+
+
+def test_the_tigerbeetle_backend_is_accepted_with_every_replica_address() -> None:
+    settings = make(LEDGER_BACKEND="tigerbeetle", TB_ADDRESS="10.0.0.1:3000,10.0.0.2:3000,10.0.0.3:3000")
+    assert settings.ledger_backend == "tigerbeetle"
+    assert settings.tb_address.split(",") == ["10.0.0.1:3000", "10.0.0.2:3000", "10.0.0.3:3000"]
 
 
 def test_comma_separated_previous_keks_are_accepted_as_secret_box_accepts_them(

@@ -52,8 +52,11 @@ def create_app(components: Components) -> FastAPI:
         try:
             await components.ledger.ping()
         except Exception as exc:
-            return error_response(503, "ledger_unreachable", str(exc))
+            return error_response(
+                503, "ledger_unreachable", str(exc), {"backend": components.settings.ledger_backend}
+            )
         checks["ledger"] = "ok"
+        checks["ledger_backend"] = components.settings.ledger_backend
         return JSONResponse({"status": "ready", "checks": checks})
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=Response)

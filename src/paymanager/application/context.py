@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -12,9 +12,13 @@ from paymanager.application.intents.events import EventPublisher
 from paymanager.config import Settings
 from paymanager.db.pool import Pool
 from paymanager.domain.channels import ChannelRegistry, SystemAccount, system_account_name
-from paymanager.ledger import TransactionalLedger
+from paymanager.ledger import Ledger
 
 Clock = Callable[[], datetime]
+
+
+async def _no_checkpoint(point: str) -> None:
+    del point
 
 
 def system_clock() -> datetime:
@@ -26,7 +30,9 @@ class Payments:
     """The payment component of one process: its pool, ledger, channels, keys and publisher."""
 
     pool: Pool
-    ledger: TransactionalLedger
+    # The PostgreSQL ledger (joins the intent's transaction) or TigerBeetle (decide-then-apply:
+    # application/holds/resolve.py).
+    ledger: Ledger
     channels: ChannelRegistry
     box: SecretBox
     settings: Settings
@@ -35,6 +41,8 @@ class Payments:
     clock: Clock = system_clock
     # `system.<role>.<CCY>` -> our account id, seeded at start-up.
     system_accounts: dict[str, uuid.UUID] = field(default_factory=dict)
+    # Called at each crash point of the ledger protocol (holds/resolve.py); tests inject failures there.
+    checkpoint: Callable[[str], Awaitable[None]] = _no_checkpoint
 
     def system_account(self, role: SystemAccount, currency: str, shard: int | None = None) -> uuid.UUID:
         name = system_account_name(role, currency, shard)

@@ -8,8 +8,10 @@ answers `exists` (or `pending_transfer_already_posted`) instead of moving money 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeGuard
 
 from paymanager.application.ids import new_id, transfer_id
 from paymanager.application.intents.store import Intent
@@ -24,6 +26,7 @@ from paymanager.ledger import (
     AccountFlags,
     CreateTransferResult,
     Ledger,
+    PostgresLedger,
     TransactionalLedger,
     Transfer,
     TransferEventResult,
@@ -55,6 +58,25 @@ class LedgerRefusedError(RuntimeError):
     """The ledger refused a transfer for a reason that is a bug or a broken invariant, not the client's."""
 
 
+class HoldIdBurnedError(LedgerRefusedError):
+    """The hold's id failed before (TigerBeetle's `id_already_failed`): the hold needs a new id."""
+
+
+def joins_transactions(ledger: Ledger) -> TypeGuard[TransactionalLedger]:
+    """True when the ledger's batches can join the caller's PostgreSQL transaction (PostgreSQL);
+    TigerBeetle cannot, and payments follow the decide-then-apply protocol there (holds/resolve.py)."""
+    return isinstance(ledger, PostgresLedger)
+
+
+async def _transfers(
+    ledger: Ledger, conn: Conn | None, transfers: Sequence[Transfer], *, savepoint: bool = True
+) -> list[TransferEventResult]:
+    """The batch on `conn`'s transaction where the ledger can join it, else on the ledger alone."""
+    if conn is not None and joins_transactions(ledger):
+        return await ledger.create_transfers(transfers, conn=conn, savepoint=savepoint)
+    return await ledger.create_transfers(transfers)
+
+
 def new_account_id() -> uuid.UUID:
     return new_id()
 
@@ -65,7 +87,7 @@ def system_account_id(name: str) -> uuid.UUID:
 
 
 async def open_account(
-    ledger: TransactionalLedger, conn: Conn, account_id: uuid.UUID, code: str, kind: AccountKind
+    ledger: Ledger, conn: Conn, account_id: uuid.UUID, code: str, kind: AccountKind
 ) -> None:
     """A customer account may never go below zero: pending debits count against it."""
     account = Account(
@@ -89,8 +111,13 @@ async def ensure_system_accounts(ledger: Ledger, ids_by_currency: list[tuple[uui
     await ensure_accounts(ledger, accounts)
 
 
-async def _create_accounts(ledger: TransactionalLedger, conn: Conn, accounts: list[Account]) -> None:
-    results = await ledger.create_accounts(accounts, conn=conn)
+async def _create_accounts(ledger: Ledger, conn: Conn, accounts: list[Account]) -> None:
+    # On TigerBeetle the account is created before the caller commits its row: a rollback leaves an
+    # account no row names, with no money and no use (its id is random).
+    if joins_transactions(ledger):
+        results = await ledger.create_accounts(accounts, conn=conn)
+    else:
+        results = await ledger.create_accounts(accounts)
     bad = [r for r in results if not r.ok]
     if bad:
         raise LedgerRefusedError(f"the ledger refused accounts: {[r.result.name for r in bad]}")
@@ -115,7 +142,7 @@ def _code(intent: Intent, purpose: str) -> int:
 
 
 async def hold(
-    ledger: TransactionalLedger,
+    ledger: Ledger,
     conn: Conn,
     intent: Intent,
     hold_id: uuid.UUID,
@@ -142,10 +169,16 @@ async def hold(
         )
         for index, (purpose, debit, credit, amount) in enumerate(legs)
     ]
-    results = await ledger.create_transfers(transfers, conn=conn, savepoint=savepoint)
+    results = await _transfers(ledger, conn, transfers, savepoint=savepoint)
     if all(r.ok for r in results):
         return
     reasons = {r.result for r in results} - {CreateTransferResult.linked_event_failed}
+    if reasons == {CreateTransferResult.exists}:
+        # The same hold again (a confirm retried after a crash on TigerBeetle): a repeated linked
+        # chain answers `exists` for its first event and fails the rest, all of which exist.
+        return
+    if reasons == {CreateTransferResult.id_already_failed}:
+        raise HoldIdBurnedError(f"the hold id of intent {intent.id} failed before")
     if CreateTransferResult.exceeds_credits in reasons:
         raise InsufficientFundsError(
             "the payer's available balance does not cover the amount and fee",
@@ -156,7 +189,7 @@ async def hold(
     )
 
 
-async def resolve(ledger: TransactionalLedger, conn: Conn, intent: Intent, *, post: bool) -> bool:
+async def resolve(ledger: Ledger, conn: Conn | None, intent: Intent, *, post: bool) -> bool:
     """Post (`post=True`) or void the intent's holds. Returns False when a post found them voided or
     expired (the funds are released, so the intent must fail); True otherwise. Idempotent."""
     outcome = (await resolve_many(ledger, conn, [(intent, post)]))[0]
@@ -166,9 +199,10 @@ async def resolve(ledger: TransactionalLedger, conn: Conn, intent: Intent, *, po
 
 
 async def resolve_many(
-    ledger: TransactionalLedger, conn: Conn, intents: list[tuple[Intent, bool]]
+    ledger: Ledger, conn: Conn | None, intents: list[tuple[Intent, bool]]
 ) -> list[bool | LedgerRefusedError]:
-    """`resolve` for several intents in ONE ledger batch on `conn`: per (intent, post) pair, its
+    """`resolve` for several intents in ONE ledger batch (on `conn`'s transaction where the ledger
+    joins it): per (intent, post) pair, its
     outcome as `resolve` returns it, or the `LedgerRefusedError` it would raise.
 
     Each intent's legs form their own linked chain (the last leg is unlinked), so the ledger applies
@@ -179,7 +213,7 @@ async def resolve_many(
     for intent, post in intents:
         transfers.extend(_resolve_transfers(intent, post=post))
         ends.append(len(transfers))
-    results = await ledger.create_transfers(transfers, conn=conn) if transfers else []
+    results = await _transfers(ledger, conn, transfers) if transfers else []
     outcomes: list[bool | LedgerRefusedError] = []
     start = 0
     for (intent, post), end in zip(intents, ends, strict=True):
@@ -223,6 +257,21 @@ def _resolve_outcome(
         action = "post" if post else "void"
         return LedgerRefusedError(f"the ledger refused to {action} intent {intent.id}: {result.result.name}")
     return outcome
+
+
+async def release_unconfirmed_hold(ledger: Ledger, intent: Intent, hold_id: uuid.UUID) -> None:
+    """Void the holds `hold_id` names, which a lost confirm of `intent` may have left on a ledger that
+    cannot join transactions; a hold that does not exist is nothing to do."""
+    held = dataclasses.replace(intent, hold_id=hold_id)
+    results = await ledger.create_transfers(_resolve_transfers(held, post=False))
+    harmless = _VOIDED | {
+        CreateTransferResult.pending_transfer_not_found,
+        CreateTransferResult.id_already_failed,
+        CreateTransferResult.linked_event_failed,
+    }
+    refused = [r.result.name for r in results if not r.ok and r.result not in harmless]
+    if refused:
+        raise LedgerRefusedError(f"the ledger refused to release the hold of intent {intent.id}: {refused}")
 
 
 EXPIRE_KIND = "ledger.expire_pending"

@@ -1,4 +1,8 @@
-"""`paymanager ledger`: accounts, balance, transfers and verify, on the PostgreSQL ledger."""
+"""`paymanager ledger`: accounts, balance, transfers and verify, on the configured ledger.
+
+`balance` and `transfers` go through the ledger port, so they work on either backend
+(`LEDGER_BACKEND`); `accounts` and `verify` read the PostgreSQL ledger's tables and say so on
+TigerBeetle, which keeps its own invariants (debits equal credits) by construction."""
 
 from __future__ import annotations
 
@@ -43,16 +47,31 @@ def parse_account(value: str) -> int:
     return account_id_for(text)
 
 
-def _with_ledger(action: Callable[..., Awaitable[T]]) -> T:
+def _with_ledger(action: Callable[..., Awaitable[T]], *, postgres_only: str | None = None) -> T:
     from paymanager.cli._command import load_settings
     from paymanager.db.database import opened
-    from paymanager.ledger import PostgresLedger
+    from paymanager.ledger import Ledger, LedgerUnavailableError, PostgresLedger, open_ledger
 
     settings = load_settings()
+    if postgres_only and settings.ledger_backend != "postgres":
+        typer.echo(f"{postgres_only} (LEDGER_BACKEND={settings.ledger_backend})", err=True)
+        raise typer.Exit(1)
 
     async def run() -> T:
         async with opened(settings, application_name="paymanager:ledger", max_size=1) as database:
-            ledger = PostgresLedger(database.pool)
+            ledger: Ledger
+            if settings.ledger_backend == "postgres":
+                ledger = PostgresLedger(database.pool)
+            else:
+                try:
+                    ledger = await open_ledger(
+                        settings.ledger_backend, pool=database.pool, tb_address=settings.tb_address,
+                        tb_cluster_id=settings.tb_cluster_id, attempts=settings.ledger_connect_attempts,
+                        backoff_ms=settings.ledger_connect_backoff_ms,
+                    )  # fmt: skip
+                except LedgerUnavailableError as exc:
+                    typer.echo(f"error: {exc}", err=True)
+                    raise typer.Exit(1) from None
             try:
                 return await action(ledger)
             finally:
@@ -71,7 +90,8 @@ def accounts(
 ) -> None:
     """List accounts in id order with their balances."""
     found = _with_ledger(
-        lambda lg: lg.list_accounts(after=parse_account(after), limit=limit, ledger=ledger_number)
+        lambda lg: lg.list_accounts(after=parse_account(after), limit=limit, ledger=ledger_number),
+        postgres_only="listing accounts reads the PostgreSQL ledger's tables; use `balance` on TigerBeetle",
     )
     typer.echo(_row(_ACCOUNT_COLUMNS, [name for name, _ in _ACCOUNT_COLUMNS]))
     for a in found:
@@ -134,7 +154,10 @@ def transfers(
 @ledger_app.command()
 def verify() -> None:
     """Check the ledger's invariants; exit 1 when one is violated."""
-    result = _with_ledger(lambda lg: lg.verify())
+    result = _with_ledger(
+        lambda lg: lg.verify(),
+        postgres_only="verify checks the PostgreSQL ledger's tables; TigerBeetle keeps them by itself",
+    )
     typer.echo(f"accounts         {result.accounts}")
     typer.echo(f"transfers        {result.transfers}")
     typer.echo(f"debits_pending   {result.debits_pending}")

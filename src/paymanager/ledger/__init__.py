@@ -32,7 +32,9 @@ Deliberate differences of the PostgreSQL ledger from TigerBeetle:
   TigerBeetle also allows; a post or void after expiry always fails with `pending_transfer_expired`.
 - Timestamps come from the process clock (nanoseconds, unique per transfer, increasing within a
   process) instead of a cluster clock.
-- A transient failure burns its id even inside a linked chain that is undone.
+- TigerBeetle lets a batch's first event decide whether the whole batch is imported (the others
+  then fail `imported_event_expected` or `imported_event_not_expected`); imported events are not
+  supported here at all (`reserved_flag`).
 - `ledger_transfer` has no foreign keys to `ledger_account` (each insert would look its accounts up
   again, while the writer already holds them locked): the writer only writes transfers between
   accounts it holds locked, and `verify()` checks references.

@@ -83,9 +83,10 @@ class Ledger(Protocol):
 class TransactionalLedger(Ledger, Protocol):
     """A ledger whose batches can join the caller's open PostgreSQL transaction (`conn=`).
 
-    Payments hold, post and void inside the transaction that changes the intent, so they need this
-    port; the PostgreSQL ledger implements it, TigerBeetle (which cannot join that transaction) does
-    not. `savepoint=False` (with `conn`): the batch takes no savepoint and a transient conflict
+    On the PostgreSQL ledger payments hold, post and void inside the transaction that changes the
+    intent; TigerBeetle cannot join that transaction, and payments follow the decide-then-apply
+    protocol there instead (application/holds/resolve.py).
+    `savepoint=False` (with `conn`): the batch takes no savepoint and a transient conflict
     raises `LedgerConflictError` for the caller to run its whole transaction again.
     """
 

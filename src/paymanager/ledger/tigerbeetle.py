@@ -132,9 +132,8 @@ class TigerBeetleLedger:
             validate_account(account)
         if not accounts:
             return []
-        results = await self._request(
-            self._client.create_accounts([_to_tb_account(self._tb, a) for a in accounts])
-        )
+        events = [_to_tb_account(self._tb, a) for a in accounts]
+        results = await self._split_when_too_large(self._client.create_accounts, events)
         return [_from_tb_account_result(r) for r in results]
 
     async def create_transfers(self, transfers: Sequence[Transfer]) -> list[TransferEventResult]:
@@ -143,9 +142,8 @@ class TigerBeetleLedger:
             validate_transfer(transfer)
         if not transfers:
             return []
-        results = await self._request(
-            self._client.create_transfers([_to_tb_transfer(self._tb, t) for t in transfers])
-        )
+        events = [_to_tb_transfer(self._tb, t) for t in transfers]
+        results = await self._split_when_too_large(self._client.create_transfers, events)
         return [_from_tb_transfer_result(r) for r in results]
 
     async def expire_pending(self, now: int | None = None, *, limit: int = 1000) -> int:
@@ -157,13 +155,13 @@ class TigerBeetleLedger:
 
     async def lookup_accounts(self, ids: Sequence[int]) -> list[Account]:
         _check_batch(len(ids))
-        accounts = await self._request(self._client.lookup_accounts(list(ids)))
+        accounts = await self._split_when_too_large(self._client.lookup_accounts, list(ids))
         found = {a.id: _from_tb_account(a) for a in accounts}
         return [found[i] for i in ids if i in found]
 
     async def lookup_transfers(self, ids: Sequence[int]) -> list[Transfer]:
         _check_batch(len(ids))
-        transfers = await self._request(self._client.lookup_transfers(list(ids)))
+        transfers = await self._split_when_too_large(self._client.lookup_transfers, list(ids))
         found = {t.id: _from_tb_transfer(t) for t in transfers}
         return [found[i] for i in ids if i in found]
 
@@ -210,6 +208,27 @@ class TigerBeetleLedger:
 
     # --- requests ------------------------------------------------------------------------------
 
+    async def _split_when_too_large(
+        self, call: Callable[[list[Any]], Coroutine[Any, Any, list[Any]]], events: list[Any]
+    ) -> list[Any]:
+        """`call(events)`; when the cluster refuses the request as too large (a replica's
+        `--limit-request` below a full batch: a `--development` replica takes 253 events), the batch
+        is halved, at a linked chain's end, and each half sent in turn. Results keep the events'
+        order. A chain is never split (it must be applied whole): one the cluster cannot take in
+        one request fails as too large. Halves go one after another, so a batch's events are
+        applied in order, as in one request; only linked chains were ever atomic."""
+        try:
+            return list(await self._request(call(events)))
+        except _RequestTooLargeError:
+            cut = _chain_boundary_near_middle(events)
+            if cut is None:
+                raise LedgerError(
+                    f"a linked chain of {len(events)} events is larger than the TigerBeetle cluster "
+                    "accepts in one request"
+                ) from None
+        first = await self._split_when_too_large(call, events[:cut])
+        return first + await self._split_when_too_large(call, events[cut:])
+
     def _submit(self, call: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(call)
         self._requests.add(task)  # also the strong reference a running task needs
@@ -229,7 +248,27 @@ class TigerBeetleLedger:
         except (self._tb.ClientClosedError, self._tb.ClientEvictedError) as exc:
             raise LedgerUnavailableError(f"TigerBeetle client unusable: {type(exc).__name__}") from exc
         except self._tb.TooMuchDataError as exc:
-            raise LedgerError(f"the request is larger than the TigerBeetle cluster accepts: {exc}") from exc
+            raise _RequestTooLargeError(str(exc)) from exc
+
+
+class _RequestTooLargeError(LedgerError):
+    """The cluster's message size cannot hold the request (split by `_split_when_too_large`)."""
+
+
+def _chain_boundary_near_middle(events: list[Any]) -> int | None:
+    """An index 0 < i < len(events) where no linked chain is open (events[i - 1] not linked),
+    nearest the middle; None when there is none (one chain, or one event)."""
+    ends = [i + 1 for i, e in enumerate(events[:-1]) if not _is_linked(e)]
+    if not ends:
+        return None
+    middle = len(events) // 2
+    return min(ends, key=lambda i: abs(i - middle))
+
+
+def _is_linked(event: Any) -> bool:
+    # Accounts and transfers carry the `linked` flag in bit 0; ids (lookups) are never linked.
+    flags = getattr(event, "flags", 0)
+    return bool(int(flags) & 1)
 
 
 # --- translation -------------------------------------------------------------------------------

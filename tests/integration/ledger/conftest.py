@@ -1,10 +1,8 @@
-"""The conformance suite's backends: the PostgreSQL ledger always, TigerBeetle where it answers."""
+"""The conformance suite's backends: the PostgreSQL ledger and a real TigerBeetle replica (conftest)."""
 
 from __future__ import annotations
 
-import os
 import secrets
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -12,8 +10,6 @@ import asyncpg
 import pytest
 
 from paymanager.ledger import Ledger, PostgresLedger
-
-TB_ADDRESS = os.environ.get("TB_ADDRESS", "3000")
 
 
 class FakeClock:
@@ -40,34 +36,16 @@ class Backend:
         return secrets.randbits(127) + 1
 
 
-def tigerbeetle_unreachable_reason() -> str | None:
-    try:
-        import tigerbeetle  # noqa: F401
-    except ImportError:
-        return "the tigerbeetle client is not installed (pip install 'paymanager[tigerbeetle]')"
-    from paymanager.ledger.tigerbeetle import replica_endpoints
-
-    host, port = replica_endpoints(TB_ADDRESS)[0]
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return None
-    except OSError as exc:
-        return f"no TigerBeetle server answers at TB_ADDRESS={TB_ADDRESS} ({host}:{port}): {exc}"
-
-
 @pytest.fixture(params=["postgres", "tigerbeetle"])
 async def backend(request: pytest.FixtureRequest, pool: asyncpg.Pool) -> AsyncIterator[Backend]:
     if request.param == "postgres":
         clock = FakeClock()
         yield Backend("postgres", PostgresLedger(pool, clock=clock), clock, 700)
         return
-    reason = tigerbeetle_unreachable_reason()
-    if reason is not None:
-        print(f"skipping the TigerBeetle backend: {reason}")
-        pytest.skip(reason)
+    address = request.getfixturevalue("tigerbeetle_address")
     from paymanager.ledger.tigerbeetle import TigerBeetleLedger
 
-    ledger = await TigerBeetleLedger.connect(TB_ADDRESS, cluster_id=int(os.environ.get("TB_CLUSTER_ID", "0")))
+    ledger = await TigerBeetleLedger.connect(address)
     try:
         yield Backend("tigerbeetle", ledger, None, secrets.randbelow(2**31) + 1000)
     finally:

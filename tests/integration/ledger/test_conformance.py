@@ -15,6 +15,7 @@ from paymanager.ledger import (
     BatchTooLargeError,
     CreateAccountResult,
     CreateTransferResult,
+    LedgerError,
     PostgresLedger,
     SystemAccountMismatchError,
     Transfer,
@@ -23,6 +24,7 @@ from paymanager.ledger import (
     ensure_accounts,
 )
 from tests.integration.ledger.conftest import Backend, FakeClock
+from tests.support.waiting import wait_until
 
 AR = CreateAccountResult
 TR = CreateTransferResult
@@ -408,6 +410,34 @@ async def test_post_after_timeout_fails_as_expired_and_expiry_releases_the_hold(
     assert await results(b, void, post_long) == [TR.pending_transfer_expired, TR.created]
 
 
+async def test_tigerbeetle_expires_a_pending_transfer_by_itself_on_its_own_clock(
+    backend: Backend,
+) -> None:
+    """The same rule on a real replica: a 1 s timeout, waited for on the server's clock."""
+    b = backend
+    if b.clock is not None:
+        pytest.skip("the PostgreSQL ledger's expiry runs on a test clock (the test above)")
+    debit, credit = await accounts(b, 0, 0)
+    short = xfer(b, debit, credit, 30, flags=F.PENDING, timeout=1)
+    long = xfer(b, debit, credit, 40, flags=F.PENDING, timeout=3600)
+    assert await results(b, short, long) == [TR.created, TR.created]
+
+    async def released() -> bool:
+        return await balances(b, debit) == (40, 0, 0, 0)
+
+    await wait_until(released, timeout_s=30)
+    assert await balances(b, credit) == (0, 0, 40, 0)
+    post = Transfer(id=b.new_id(), pending_id=short.id, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
+    void = Transfer(id=b.new_id(), pending_id=short.id, flags=F.VOID_PENDING_TRANSFER)
+    post_long = Transfer(id=b.new_id(), pending_id=long.id, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
+    assert await results(b, post, void, post_long) == [
+        TR.pending_transfer_expired,
+        TR.pending_transfer_expired,
+        TR.created,
+    ]
+    assert await b.ledger.expire_pending() == 0  # nothing for paymanager to do
+
+
 async def test_balancing_debit_moves_at_most_the_available_balance(backend: Backend) -> None:
     b = backend
     wallet, source, sink = await accounts(b, AccountFlags.DEBITS_MUST_NOT_EXCEED_CREDITS, 0, 0)
@@ -516,3 +546,39 @@ async def test_balancing_credit_stops_at_the_credit_accounts_limit(backend: Back
     (stored,) = await b.ledger.lookup_transfers([refill.id])
     assert stored.amount == 25
     assert await balances(b, nostro) == (0, 25, 0, 25)
+
+
+async def test_a_batch_larger_than_one_request_is_applied_whole_in_order(backend: Backend) -> None:
+    """1,000 transfers in chains of 4 (a test replica takes 253 events per request: the adapter splits
+    the batch at chain ends); the results are one per event, in order, chains whole."""
+    b = backend
+    debit, credit = await accounts(b, 0, 0)
+    batch = []
+    for i in range(1_000):
+        linked = F.LINKED if i % 4 != 3 else 0
+        # Every 40th chain ends with a repeated id (exists_with_different_flags): undone whole.
+        broken = i % 160 == 159
+        batch.append(xfer(b, debit, credit, 1, flags=linked, id=batch[0].id if broken else b.new_id()))
+    got = await results(b, *batch)
+    expected = []
+    for i in range(1_000):
+        chain_broken = (i // 4) % 40 == 39
+        if not chain_broken:
+            expected.append(TR.created)
+        elif i % 4 == 3:
+            expected.append(TR.exists_with_different_flags)
+        else:
+            expected.append(TR.linked_event_failed)
+    assert got == expected
+    assert await balances(b, debit) == (0, 1_000 - 6 * 4, 0, 0)
+
+
+async def test_tigerbeetle_refuses_a_linked_chain_longer_than_one_request(backend: Backend) -> None:
+    b = backend
+    if b.name != "tigerbeetle":
+        pytest.skip("a PostgreSQL batch has no request size")
+    debit, credit = await accounts(b, 0, 0)
+    chain = [xfer(b, debit, credit, 1, flags=F.LINKED) for _ in range(299)] + [xfer(b, debit, credit, 1)]
+    with pytest.raises(LedgerError, match="linked chain"):
+        await b.ledger.create_transfers(chain)
+    assert await balances(b, debit) == (0, 0, 0, 0)

@@ -3,6 +3,7 @@ API (real FastAPI app over ASGI) with signing clients for an admin and an ordina
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,13 +56,13 @@ async def build_components(
 
 
 @pytest.fixture
-async def payments(pool: asyncpg.Pool, database_url: str) -> Payments:
-    return (await build_components(pool, database_url)).payments
+async def payments(request: pytest.FixtureRequest, pool: asyncpg.Pool, database_url: str) -> Payments:
+    return (await build_components(pool, database_url, **ledger_overrides(request))).payments
 
 
-@pytest.fixture
-async def api(pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
-    components = await build_components(pool, database_url)
+async def open_api(pool: asyncpg.Pool, database_url: str, **overrides: object) -> AsyncIterator[Api]:
+    """An in-process API on components built with `overrides` (e.g. the TigerBeetle ledger)."""
+    components = await build_components(pool, database_url, **overrides)
     payments = components.payments
     clock = FixedClock()
     payments.clock = clock
@@ -73,10 +74,36 @@ async def api(pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
         admin, admin_secret = await create_service(conn, payments.box, "admin", admin=True)
         plain, plain_secret = await create_service(conn, payments.box, "shop", admin=False)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield Api(
-            components, payments, clock, SignedClient(http, admin.id, admin_secret),
-            SignedClient(http, plain.id, plain_secret), http, app,
-        )  # fmt: skip
-    for service in reversed(services):
-        await service.stop(5)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            yield Api(
+                components, payments, clock, SignedClient(http, admin.id, admin_secret),
+                SignedClient(http, plain.id, plain_secret), http, app,
+            )  # fmt: skip
+    finally:
+        for service in reversed(services):
+            await service.stop(5)
+        await components.close()
+
+
+# TEST_LEDGER_BACKEND=tigerbeetle runs the payments tests on a TigerBeetle replica of the test
+# process (tests/conftest.py); unset, on the PostgreSQL ledger.
+LEDGER_BACKEND = os.environ.get("TEST_LEDGER_BACKEND", "postgres")
+
+
+def postgres_ledger_only(why: str) -> None:
+    """Skip a test of the PostgreSQL ledger's own mechanics when the suite runs on TigerBeetle."""
+    if LEDGER_BACKEND == "tigerbeetle":
+        pytest.skip(f"PostgreSQL ledger only: {why}")
+
+
+def ledger_overrides(request: pytest.FixtureRequest) -> dict[str, object]:
+    if LEDGER_BACKEND != "tigerbeetle":
+        return {}
+    return {"ledger_backend": "tigerbeetle", "tb_address": request.getfixturevalue("tigerbeetle_address")}
+
+
+@pytest.fixture
+async def api(request: pytest.FixtureRequest, pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
+    async for opened in open_api(pool, database_url, **ledger_overrides(request)):
+        yield opened

@@ -19,7 +19,7 @@ from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle
 from paymanager.application.intents.store import Intent
 from paymanager.ledger import LedgerConflictError, Transfer
-from tests.integration.payments.conftest import Api
+from tests.integration.payments.conftest import Api, postgres_ledger_only
 from tests.support.locks import wait_for_a_waiter_behind
 from tests.support.signed_client import SignedClient
 
@@ -86,6 +86,7 @@ async def test_settling_twice_settles_once(api: Api) -> None:
 async def test_a_hold_the_ledger_expired_before_settlement_fails_the_intent_and_moves_no_money(
     api: Api,
 ) -> None:
+    postgres_ledger_only("expires holds on a test clock (TigerBeetle: test_conformance.py)")
     payer, payee = await _funded_pair(api)
     created = await api.client.post("/intents", _p2p(payer, payee, 1_000))
     await api.client.post(f"/intents/{created.json()['id']}/confirm")
@@ -479,6 +480,7 @@ async def test_confirm_runs_again_whole_after_a_ledger_conflict(
 ) -> None:
     """The hold takes no savepoint of its own in the API: a transient ledger conflict aborts the POST's
     transaction, which runs again whole, holding the funds once."""
+    postgres_ledger_only("ledger conflicts are the PostgreSQL ledger's")
     payer, payee = await _funded_pair(api)
     created = (await api.client.post("/intents", _p2p(payer, payee, 1_000))).json()
     ledger = api.payments.ledger
@@ -506,6 +508,7 @@ async def test_a_refusal_after_ledger_conflicts_is_still_answered_as_a_refusal(
 ) -> None:
     """Conflicts and a refusal each run the POST again, on budgets of their own: a refused hold after
     the last conflict retry is a stored 422, not a server error."""
+    postgres_ledger_only("ledger conflicts are the PostgreSQL ledger's")
     payer, payee = await _funded_pair(api, amount=100)
     created = (await api.client.post("/intents", _p2p(payer, payee, 1_000))).json()
     ledger = api.payments.ledger

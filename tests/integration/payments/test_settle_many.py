@@ -20,7 +20,7 @@ from paymanager.application.intents.store import Intent
 from paymanager.application.ledger_ops import LedgerRefusedError
 from paymanager.application.services.use_cases import load_service
 from paymanager.jobs import JobContext, LeaseLostError, PermanentError, enqueue
-from tests.integration.payments.conftest import Api
+from tests.integration.payments.conftest import Api, postgres_ledger_only
 from tests.support.job_contexts import context_from_row
 from tests.support.locks import wait_for_a_waiter_behind
 
@@ -199,6 +199,7 @@ async def test_a_group_fails_an_intent_past_its_deadline_and_refuses_a_missing_o
 async def test_a_group_fails_an_intent_whose_hold_the_ledger_expired_and_settles_the_others(
     api: Api,
 ) -> None:
+    postgres_ledger_only("expires holds on a test clock (TigerBeetle: test_conformance.py)")
     expired = await _confirmed(api, 1)
     # The ledger's own timeout passed first for this hold (settlement stalled past it).
     assert await api.payments.ledger.expire_pending(now=1 << 62) >= 1

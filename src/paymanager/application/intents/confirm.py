@@ -9,9 +9,8 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-from paymanager.application import ledger_ops
 from paymanager.application.context import Payments
-from paymanager.application.ids import new_id
+from paymanager.application.holds import resolve
 from paymanager.application.intents import events
 from paymanager.application.intents.queries import check_visible, get_intent
 from paymanager.application.intents.settle import EXPIRED, finish
@@ -69,7 +68,7 @@ async def confirm_intent(
     """
     now = payments.clock()
     deadline_sec = payments.settings.intent_settle_deadline_sec
-    hold_id = new_id()
+    hold_id = await resolve.hold_id_for(payments, intent_id)
     # The common case in one round trip: a created, unexpired intent is confirmed and locked by the
     # update itself. The rules below are checked on the updated row all the same, and a refusal rolls
     # the update back with the rest of the transaction.
@@ -91,15 +90,16 @@ async def confirm_intent(
     elif updated.channel in PAYOUT_CHANNELS:
         # The payout's PSP transaction (NEW) and its job commit with the hold, or neither does.
         await start_payout(payments, conn, updated)
+    # On TigerBeetle the hold is made before this transaction commits: a crash or rollback between
+    # the two leaves a hold whose id is recorded (holds/resolve.py), which a retried confirm finds
+    # (`exists`), a cancel or expiry of the intent voids, and TigerBeetle's timeout releases at last.
     # The hold comes last: it locks the payer's and a fee shard's account rows until the commit, and
     # every confirm and settlement of those accounts queues behind that lock, so the fewer statements
     # run while it is held the shorter the queue. A refused hold still rolls all of this back.
     timeout_sec = (
         deadline_sec + HOLD_TIMEOUT_MARGIN_SEC if channel.settles_on_confirm else PAYOUT_HOLD_TIMEOUT_SEC
     )
-    await ledger_ops.hold(
-        payments.ledger, conn, updated, hold_id, timeout_sec, savepoint=hold_savepoint,
-    )  # fmt: skip
+    await resolve.hold(payments, conn, updated, hold_id, timeout_sec, savepoint=hold_savepoint)
     pending.published.append(payload)
     pending.notified.append(payload)
     return updated

@@ -151,3 +151,6 @@ SELECT id
  WHERE id = ANY ($1::uuid[]) AND status = 'confirmed'
  ORDER BY id
    FOR UPDATE SKIP LOCKED;
+
+-- name: intent_set_hold_id
+UPDATE intent SET hold_id = $2 WHERE id = $1;

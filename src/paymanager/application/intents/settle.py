@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from paymanager.application import ledger_ops
 from paymanager.application.context import Payments
+from paymanager.application.holds import resolve
 from paymanager.application.intents import events
 from paymanager.application.intents.store import Intent, IntentStore, Settled
 from paymanager.db.pool import Conn
@@ -45,13 +45,24 @@ async def finish(
     settled_by: str,
     reason: str | None = None,
 ) -> Intent:
-    """Move a locked, confirmed (or created) intent to `target`, resolving its holds; returns it."""
+    """Move a locked, confirmed (or created) intent to `target`, resolving its holds; returns it.
+
+    The holds go through the ledger-decision step (holds/resolve.py), on either backend. On
+    TigerBeetle an earlier decision wins: a cancel after a decided post answers invalid_transition,
+    and an intent whose void was decided ends as that decision says."""
     channel = payments.channels.get(row.channel)
     transition(row.status, target, expires=channel.expires)
     now = payments.clock()
     store = IntentStore(conn)
     if row.status is IntentStatus.CONFIRMED:
-        posted = await ledger_ops.resolve(payments.ledger, conn, row, post=target is IntentStatus.SETTLED)
+        if target is IntentStatus.CANCELLED:
+            resolve.refuse_undoing(await resolve.decision_of(payments, conn, row.id), target)
+        (resolved,) = await resolve.resolve_holds(
+            payments, conn, [resolve.Plan(row, target, reason)], decided_by=settled_by
+        )
+        if isinstance(resolved, Exception):
+            raise resolved
+        target, reason, posted = resolved.target, resolved.reason, resolved.posted
         if target is IntentStatus.SETTLED and not posted:
             # The ledger expired the holds first: the money never moved, so the intent failed.
             target, reason = IntentStatus.FAILED, "the ledger expired the hold before settlement"
@@ -61,6 +72,8 @@ async def finish(
             outcome=outcome.value, settled_by=settled_by,
         )  # fmt: skip
     else:
+        # A confirm lost between TigerBeetle's hold and its commit left a hold: release it now.
+        await resolve.release_unconfirmed_hold(payments, conn, row)
         updated = await store.finish(
             intent_id=row.id, status=target, from_status=row.status, now=now, reason=reason
         )
@@ -126,12 +139,17 @@ async def settle_many(
                 plans.append((index, _plan(payments, row, now)))
             except DomainError as exc:  # an unknown channel or a refused transition: this intent's
                 outcomes[index] = exc
-    resolved = await _resolve_without_refused(payments, conn, plans)
+    resolved = await resolve.resolve_holds(
+        payments, conn, [resolve.Plan(p.row, p.target, p.reason) for _, p in plans], decided_by=settled_by
+    )
     finished: list[tuple[int, _Plan]] = []
-    for (index, plan), posted in zip(plans, resolved, strict=True):
-        if isinstance(posted, Exception):
-            outcomes[index] = posted
-        elif plan.target is IntentStatus.SETTLED and not posted:
+    for (index, planned), outcome in zip(plans, resolved, strict=True):
+        if isinstance(outcome, Exception):
+            outcomes[index] = outcome
+            continue
+        # The decision's status and reason: on TigerBeetle an earlier decision wins over this plan.
+        plan, posted = _Plan(planned.row, outcome.target, outcome.reason), outcome.posted
+        if plan.target is IntentStatus.SETTLED and not posted:
             # The ledger expired the holds first: the money never moved, so the intent failed.
             failed = _Plan(plan.row, IntentStatus.FAILED, "the ledger expired the hold before settlement")
             finished.append((index, failed))
@@ -143,35 +161,6 @@ async def settle_many(
     for index, first in duplicates:  # finished by the first job, or refused with it: never "done" alone
         outcomes[index] = outcomes[first] if isinstance(outcomes[first], Exception) else None
     return outcomes
-
-
-async def _resolve_without_refused(
-    payments: Payments, conn: Conn, plans: list[tuple[int, _Plan]]
-) -> list[bool | Exception]:
-    """resolve_many in a savepoint; when some chains are refused, the ledger's writes for them (the
-    burned ids of transient refusals) are rolled back and the batch runs again without them, so a
-    refused intent leaves nothing in the committed transaction."""
-    resolved: list[bool | Exception] = [False] * len(plans)
-    todo = list(range(len(plans)))
-    while todo:
-        savepoint = conn.transaction()
-        await savepoint.start()
-        results = await ledger_ops.resolve_many(
-            payments.ledger, conn,
-            [(plans[k][1].row, plans[k][1].target is IntentStatus.SETTLED) for k in todo],
-        )  # fmt: skip
-        refused = [k for k, r in zip(todo, results, strict=True) if isinstance(r, Exception)]
-        if not refused:
-            await savepoint.commit()
-            for k, r in zip(todo, results, strict=True):
-                resolved[k] = r
-            break
-        await savepoint.rollback()
-        for k, r in zip(todo, results, strict=True):
-            if isinstance(r, Exception):
-                resolved[k] = r
-        todo = [k for k in todo if k not in refused]
-    return resolved
 
 
 def _plan(payments: Payments, row: Intent, now: datetime) -> _Plan:

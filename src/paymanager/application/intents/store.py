@@ -222,6 +222,10 @@ class IntentStore:
         )  # fmt: skip
         return len(done)
 
+    async def set_hold_id(self, *, intent_id: uuid.UUID, hold_id: uuid.UUID) -> None:
+        """A confirming intent's new hold id (TigerBeetle refused the first: holds/resolve.py)."""
+        await self._conn.execute(Q["intent_set_hold_id"], intent_id, hold_id)
+
     async def lock_many(self, *, intent_ids: list[uuid.UUID]) -> list[Intent]:
         """The intents of `intent_ids` that exist, locked in id order."""
         rows = await self._conn.fetch(Q["intent_lock_many"], sorted(set(intent_ids)))

@@ -1,0 +1,36 @@
+-- name: decision_insert_many
+-- The decisions of $1 (intent ids) not yet taken, then every decision of $1 (the earlier ones win).
+WITH wanted AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[])
+        AS w(intent_id, action, status, reason)
+), inserted AS (
+    INSERT INTO ledger_decision (intent_id, action, status, reason, decided_by, decided_at)
+    SELECT intent_id, action, status, reason, $5, $6 FROM wanted
+    ON CONFLICT (intent_id) DO NOTHING
+    RETURNING intent_id, action, status, reason
+)
+SELECT intent_id, action, status, reason FROM inserted
+UNION ALL
+SELECT d.intent_id, d.action, d.status, d.reason
+  FROM ledger_decision d JOIN wanted w USING (intent_id)
+ WHERE NOT EXISTS (SELECT 1 FROM inserted i WHERE i.intent_id = d.intent_id);
+
+-- name: decision_get
+SELECT intent_id, action, status, reason FROM ledger_decision WHERE intent_id = $1;
+
+-- name: hold_take
+-- The intent's hold id: the one recorded, else $2 (recorded now).
+WITH inserted AS (
+    INSERT INTO ledger_hold (intent_id, hold_id) VALUES ($1, $2)
+    ON CONFLICT (intent_id) DO NOTHING
+    RETURNING hold_id
+)
+SELECT hold_id FROM inserted
+UNION ALL
+SELECT hold_id FROM ledger_hold WHERE intent_id = $1 AND NOT EXISTS (SELECT 1 FROM inserted);
+
+-- name: hold_renew
+UPDATE ledger_hold SET hold_id = $3 WHERE intent_id = $1 AND hold_id = $2;
+
+-- name: hold_get
+SELECT hold_id FROM ledger_hold WHERE intent_id = $1;

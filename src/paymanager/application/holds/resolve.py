@@ -1,0 +1,191 @@
+"""The ledger-decision step: post or void the holds of locked, confirmed intents, on either backend.
+
+Every end of a confirmed intent goes through `resolve_holds` (the settle job's groups, a single
+`finish` from a cancel, the reconciler, and any other code that settles an intent), which returns
+per intent where it goes: the status, the reason and whether the ledger posted. The caller then
+finishes the intent (status, `settlement` row) in the transaction that holds the intent's row lock.
+
+- PostgreSQL ledger: the post/void joins the caller's transaction, so the ledger effect and the
+  intent's end commit together; a refused intent's chain is rolled back with a savepoint and the
+  others run again without it.
+- TigerBeetle (a ledger that cannot join the transaction), the decide-then-apply protocol:
+  1. decide: the decision (post or void, and the status it leads to) is INSERTed and committed on a
+     connection of its own while the caller's transaction holds the intent's row lock (and, for the
+     settle job, its job row under the lease). One decision per intent (primary key): an earlier
+     decision wins, so a post and a void of one hold are never both attempted;
+  2. apply: the ledger is asked with transfer ids derived from the hold and the action, so every
+     retry gets `exists` (or `pending_transfer_already_posted/voided`) and never moves money twice;
+  3. the caller finishes the intent, after the ledger answered.
+  A crash anywhere leaves the intent confirmed: the next attempt (the retried job, the reconciler's
+  re-enqueued job, a cancel) finds the decision and carries it out. docs/ARCHITECTURE.md lists the
+  crash points.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from paymanager.application import ledger_ops
+from paymanager.application.context import Payments
+from paymanager.application.holds.store import Decision, DecisionStore
+from paymanager.application.ids import new_id
+from paymanager.application.intents.store import Intent, IntentStore
+from paymanager.db.pool import Conn
+from paymanager.domain.errors import InsufficientFundsError, InvalidTransitionError
+from paymanager.domain.intents import IntentStatus
+
+# Crash points of the protocol, where `Payments.checkpoint` is called (tests inject failures there).
+DECIDED = "ledger.decided"
+APPLIED = "ledger.applied"
+
+
+async def hold_id_for(payments: Payments, intent_id: uuid.UUID) -> uuid.UUID:
+    """The id of the hold a confirm is about to make: a new one on PostgreSQL (the hold commits or
+    rolls back with the confirm); on TigerBeetle the recorded one, committed before the hold."""
+    if ledger_ops.joins_transactions(payments.ledger):
+        return new_id()
+    async with payments.pool.acquire() as side:
+        return await DecisionStore(side).take_hold_id(intent_id=intent_id, fresh=new_id())
+
+
+async def hold(
+    payments: Payments, conn: Conn, intent: Intent, hold_id: uuid.UUID, timeout_sec: int, *, savepoint: bool
+) -> None:
+    """Hold the intent's funds (`ledger_ops.hold`). On TigerBeetle a refused hold burns its id, so the
+    next confirm gets a fresh one; a hold whose id burned earlier (a crash after the refusal) is
+    tried once with a fresh id."""
+    if ledger_ops.joins_transactions(payments.ledger):
+        await ledger_ops.hold(payments.ledger, conn, intent, hold_id, timeout_sec, savepoint=savepoint)
+        return
+    for attempt in (1, 2):
+        try:
+            await ledger_ops.hold(payments.ledger, conn, intent, hold_id, timeout_sec)
+            return
+        except ledger_ops.HoldIdBurnedError:
+            if attempt == 2:
+                raise
+            hold_id = await _renew_hold_id(payments, intent.id, hold_id)
+            await IntentStore(conn).set_hold_id(intent_id=intent.id, hold_id=hold_id)
+        except (InsufficientFundsError, ledger_ops.LedgerRefusedError):
+            await _renew_hold_id(payments, intent.id, hold_id)
+            raise
+
+
+async def _renew_hold_id(payments: Payments, intent_id: uuid.UUID, burned: uuid.UUID) -> uuid.UUID:
+    fresh = new_id()
+    async with payments.pool.acquire() as side:
+        await DecisionStore(side).renew_hold_id(intent_id=intent_id, burned=burned, fresh=fresh)
+    return fresh
+
+
+async def release_unconfirmed_hold(payments: Payments, conn: Conn, row: Intent) -> None:
+    """Before a created intent ends on TigerBeetle: void the hold a lost confirm may have left."""
+    if ledger_ops.joins_transactions(payments.ledger):
+        return
+    hold_id = await DecisionStore(conn).hold_id(intent_id=row.id)
+    if hold_id is not None:
+        await ledger_ops.release_unconfirmed_hold(payments.ledger, row, hold_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the caller wants for one locked, confirmed intent."""
+
+    row: Intent
+    target: IntentStatus
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """Where the intent goes now that the ledger answered; `posted` False for a void, or for a post
+    that found the hold released (the caller then fails the intent)."""
+
+    target: IntentStatus
+    reason: str | None
+    posted: bool
+
+
+async def resolve_holds(
+    payments: Payments, conn: Conn, plans: list[Plan], *, decided_by: str
+) -> list[Resolved | Exception]:
+    """Post or void the holds of `plans` (locked on `conn`, confirmed); per plan its `Resolved`, or the
+    exception that intent alone met (the ledger refused it: nothing of it is to be written)."""
+    if not plans:
+        return []
+    if ledger_ops.joins_transactions(payments.ledger):
+        posted = await _resolve_in_transaction(payments, conn, plans)
+        return [
+            p if isinstance(p, Exception) else Resolved(plan.target, plan.reason, p)
+            for plan, p in zip(plans, posted, strict=True)
+        ]
+    return await _decide_then_apply(payments, plans, decided_by=decided_by)
+
+
+async def decision_of(payments: Payments, conn: Conn, intent_id: uuid.UUID) -> Decision | None:
+    """The decision already taken for an intent (always None on the PostgreSQL ledger)."""
+    if ledger_ops.joins_transactions(payments.ledger):
+        return None
+    return await DecisionStore(conn).get(intent_id=intent_id)
+
+
+def refuse_undoing(decision: Decision | None, target: IntentStatus) -> None:
+    """A cancel that comes after a post was decided has lost the race, as if the settlement had ended."""
+    if decision is not None and decision.post and target is not IntentStatus.SETTLED:
+        raise InvalidTransitionError(
+            f"the intent's settlement is already decided; it cannot become {target.value}",
+            {"from": IntentStatus.CONFIRMED.value, "to": target.value, "allowed": []},
+        )
+
+
+async def _resolve_in_transaction(
+    payments: Payments, conn: Conn, plans: list[Plan]
+) -> list[bool | Exception]:
+    """resolve_many in a savepoint; when some chains are refused, the ledger's writes for them (the
+    burned ids of transient refusals) are rolled back and the batch runs again without them, so a
+    refused intent leaves nothing in the committed transaction."""
+    resolved: list[bool | Exception] = [False] * len(plans)
+    todo = list(range(len(plans)))
+    while todo:
+        savepoint = conn.transaction()
+        await savepoint.start()
+        results = await ledger_ops.resolve_many(
+            payments.ledger, conn, [(plans[k].row, plans[k].target is IntentStatus.SETTLED) for k in todo]
+        )
+        refused = [k for k, r in zip(todo, results, strict=True) if isinstance(r, Exception)]
+        if not refused:
+            await savepoint.commit()
+            for k, r in zip(todo, results, strict=True):
+                resolved[k] = r
+            break
+        await savepoint.rollback()
+        for k, r in zip(todo, results, strict=True):
+            if isinstance(r, Exception):
+                resolved[k] = r
+        todo = [k for k in todo if k not in refused]
+    return resolved
+
+
+async def _decide_then_apply(
+    payments: Payments, plans: list[Plan], *, decided_by: str
+) -> list[Resolved | Exception]:
+    wanted = [Decision(p.row.id, p.target is IntentStatus.SETTLED, p.target, p.reason) for p in plans]
+    # Its own connection and transaction, committed before the ledger is asked: the caller's
+    # transaction (which holds the intent locks) commits only after the ledger answered.
+    async with payments.pool.acquire() as side:
+        decisions = await DecisionStore(side).take(wanted=wanted, decided_by=decided_by, now=payments.clock())
+    await payments.checkpoint(DECIDED)
+    chosen = [decisions[p.row.id] for p in plans]
+    outcomes = await ledger_ops.resolve_many(
+        payments.ledger, None, [(p.row, d.post) for p, d in zip(plans, chosen, strict=True)]
+    )
+    await payments.checkpoint(APPLIED)
+    # The decision's status, not the plan's: an earlier decision wins. A post that found the hold
+    # released comes back not posted, and the caller fails the intent as on the PostgreSQL ledger.
+    return [
+        outcome
+        if isinstance(outcome, Exception)
+        else Resolved(decision.status, decision.reason, decision.post and outcome)
+        for decision, outcome in zip(chosen, outcomes, strict=True)
+    ]

@@ -1,0 +1,72 @@
+"""The ledger decision store: the only reader of `holds.sql`."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from paymanager.db.pool import Conn
+from paymanager.db.sql import load_queries
+from paymanager.domain.intents import IntentStatus
+
+Q = load_queries("paymanager.application.holds", "holds.sql")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One row of `ledger_decision`: what the ledger is (or was) asked to do with an intent's holds."""
+
+    intent_id: uuid.UUID
+    post: bool
+    status: IntentStatus
+    reason: str | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Decision:
+        return cls(row["intent_id"], row["action"] == "post", IntentStatus(row["status"]), row["reason"])
+
+
+class DecisionStore:
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    async def take(
+        self, *, wanted: list[Decision], decided_by: str, now: datetime
+    ) -> dict[uuid.UUID, Decision]:
+        """Record the decisions of `wanted` not taken yet (one statement, committed by the caller);
+        every intent's decision, the earlier one where it existed."""
+        rows = await self._conn.fetch(
+            Q["decision_insert_many"],
+            [d.intent_id for d in wanted], ["post" if d.post else "void" for d in wanted],
+            [d.status.value for d in wanted], [d.reason for d in wanted], decided_by, now,
+        )  # fmt: skip
+        found = {row["intent_id"]: Decision.from_row(row) for row in rows}
+        for decision in wanted:
+            if decision.intent_id not in found:
+                # Inserted by another transaction after this statement's snapshot: read it now.
+                existing = await self.get(intent_id=decision.intent_id)
+                assert existing is not None, "a conflicting decision exists"
+                found[decision.intent_id] = existing
+        return found
+
+    async def get(self, *, intent_id: uuid.UUID) -> Decision | None:
+        row = await self._conn.fetchrow(Q["decision_get"], intent_id)
+        return None if row is None else Decision.from_row(row)
+
+    async def take_hold_id(self, *, intent_id: uuid.UUID, fresh: uuid.UUID) -> uuid.UUID:
+        """The intent's recorded hold id, or `fresh`, recorded now."""
+        found: uuid.UUID | None = await self._conn.fetchval(Q["hold_take"], intent_id, fresh)
+        if found is None:  # recorded by another transaction after this statement's snapshot
+            found = await self.hold_id(intent_id=intent_id)
+        assert found is not None, "a hold id is recorded"
+        return found
+
+    async def renew_hold_id(self, *, intent_id: uuid.UUID, burned: uuid.UUID, fresh: uuid.UUID) -> None:
+        await self._conn.execute(Q["hold_renew"], intent_id, burned, fresh)
+
+    async def hold_id(self, *, intent_id: uuid.UUID) -> uuid.UUID | None:
+        found: uuid.UUID | None = await self._conn.fetchval(Q["hold_get"], intent_id)
+        return found
