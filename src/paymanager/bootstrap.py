@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 
 from paymanager.adapters.redis_events import RedisPublisher
 from paymanager.adapters.secret_box import SecretBox
+from paymanager.adapters.webhook_http import HttpxSender
 from paymanager.application.accounts.use_cases import seed_system_accounts
 from paymanager.application.context import Payments
 from paymanager.application.intents.backpressure import apply_default_max_depth
@@ -34,7 +35,15 @@ from paymanager.application.intents.invoice_sweep import INVOICE_QUEUE, SWEEP_KI
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle_handler
 from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
+from paymanager.application.refunds.execute import REFUND_KIND, refund_handler
 from paymanager.application.sweeper import ApiSweeper
+from paymanager.application.webhooks.address_guard import AddressGuard, Resolver, system_resolver
+from paymanager.application.webhooks.deliver import (
+    DELIVER_KIND,
+    WEBHOOK_QUEUE,
+    EndpointSlots,
+    WebhookDeliverer,
+)
 from paymanager.config import Settings
 from paymanager.db.database import Database
 from paymanager.domain.channels import DEFAULT_CHANNELS, ChannelRegistry
@@ -44,6 +53,7 @@ from paymanager.jobs import (
     PeriodicJob,
     Registry,
     Retention,
+    Schedule,
     Worker,
     WorkerOptions,
 )
@@ -92,24 +102,34 @@ class Components:
     event_hub: IntentEventHub | None
     # The services of this process's roles, in start order (they stop in reverse).
     services: tuple[Service, ...]
+    # The SSRF guard of webhook URLs (registration and delivery share it) and the delivery's client.
+    webhook_guard: AddressGuard
+    webhook_sender: HttpxSender
     # Set when the process shuts down: long-lived work (event streams) ends itself.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def close(self) -> None:
         """Close what `build` opened (Redis, the ledger's batches); the Database is the caller's."""
         await self.ledger.close()
+        await self.webhook_sender.close()
         if self.redis is not None:
             with contextlib.suppress(Exception):
                 await self.redis.aclose()
 
 
 async def build(
-    settings: Settings, database: Database, *, process_id: str, reconcile_intents: bool = True
+    settings: Settings,
+    database: Database,
+    *,
+    process_id: str,
+    reconcile_intents: bool = True,
+    resolver: Resolver = system_resolver,
 ) -> Components:
     """Run the start-up steps from the ledger to the role services (built, not started).
 
     Raises `StartupError` naming the step that failed. `reconcile_intents=False` skips the
-    reconciler, for a caller that wants the components without touching any intent (tests)."""
+    reconciler, for a caller that wants the components without touching any intent (tests);
+    `resolver` resolves webhook hosts for the SSRF guard (tests resolve names their own way)."""
     ledger = await _step("connect the ledger", connect_ledger(settings, database))
     redis = await _step("connect Redis", connect_redis(settings))
     payments = _payments(settings, database, ledger, redis, process_id)
@@ -125,8 +145,14 @@ async def build(
         )
     # Register PSP drivers: this build ships none yet; the step keeps its place in the order.
     hub = IntentEventHub(database) if Role.API in settings.worker_roles else None
-    services = _role_services(settings, database, payments, hub, process_id)
-    return Components(settings, database, process_id, ledger, redis, payments, hub, services)
+    guard = AddressGuard(settings.webhook_allowed_hosts, resolver)
+    sender = HttpxSender(timeout_ms=settings.webhook_timeout_ms, connections_max=settings.webhook_concurrency)
+    deliverer = WebhookDeliverer(
+        payments, guard, sender, EndpointSlots(settings.webhook_endpoint_concurrency),
+        Schedule(settings.webhook_retry_schedule_ms),
+    )  # fmt: skip
+    services = _role_services(settings, database, payments, hub, process_id, deliverer)
+    return Components(settings, database, process_id, ledger, redis, payments, hub, services, guard, sender)
 
 
 async def _step(name: str, work: Awaitable[T]) -> T:
@@ -213,7 +239,12 @@ JOB_ROLES = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY)
 
 
 def _role_services(
-    settings: Settings, database: Database, payments: Payments, hub: IntentEventHub | None, process_id: str
+    settings: Settings,
+    database: Database,
+    payments: Payments,
+    hub: IntentEventHub | None,
+    process_id: str,
+    deliverer: WebhookDeliverer,
 ) -> tuple[Service, ...]:
     services: list[Service] = []
     if hub is not None:
@@ -221,11 +252,18 @@ def _role_services(
     if any(role in settings.worker_roles for role in JOB_ROLES):
         # Services stop in reverse order: the worker (stop claiming, finish or give back its jobs)
         # before the maintenance, whose duty in progress is not work that has to finish.
-        services += [maintenance(settings, database), job_worker(settings, database, payments, process_id)]
+        worker = job_worker(settings, database, payments, process_id, deliverer)
+        services += [maintenance(settings, database), worker]
     return tuple(services)
 
 
-def job_worker(settings: Settings, database: Database, payments: Payments, process_id: str) -> Worker:
+def job_worker(
+    settings: Settings,
+    database: Database,
+    payments: Payments,
+    process_id: str,
+    deliverer: WebhookDeliverer,
+) -> Worker:
     """The job Worker for the queues of this process's job roles."""
     registry = Registry()
     queues: dict[str, int] = {}
@@ -242,6 +280,23 @@ def job_worker(settings: Settings, database: Database, payments: Payments, proce
             EXPIRE_KIND, expire_pending_handler(payments.ledger), queue=OUTBOX_QUEUE, max_attempts=3
         )
         queues[OUTBOX_QUEUE] = settings.outbox_concurrency
+        # Webhooks have a queue of their own, so a slow receiver never takes a settlement's slot;
+        # within it, each endpoint is bounded per process (deliver.EndpointSlots).
+        registry.register(
+            DELIVER_KIND,
+            deliverer.deliver,
+            queue=WEBHOOK_QUEUE,
+            max_attempts=settings.webhook_max_attempts,
+            backoff=deliverer.schedule,
+        )
+        queues[WEBHOOK_QUEUE] = settings.webhook_concurrency
+        registry.register(
+            REFUND_KIND,
+            refund_handler(payments),
+            queue=OUTBOX_QUEUE,
+            max_attempts=settings.outbox_max_attempts,
+            backoff=OUTBOX_SCHEDULE,
+        )
     if Role.INVOICE_EXPIRY in roles:
         # One sweep at a time per process; the periodic schedule makes it one per slot cluster-wide.
         registry.register(SWEEP_KIND, invoice_sweep_handler(payments), queue=INVOICE_QUEUE, max_attempts=3)

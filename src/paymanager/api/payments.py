@@ -6,7 +6,14 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from paymanager.api import routes_accounts, routes_channels, routes_intents, routes_policies
+from paymanager.api import (
+    routes_accounts,
+    routes_channels,
+    routes_intents,
+    routes_policies,
+    routes_refunds,
+    routes_webhooks,
+)
 from paymanager.api.auth import ServiceCache
 from paymanager.api.body_limit import BodyLimitMiddleware
 from paymanager.api.outage import DatabaseOutage
@@ -111,5 +118,7 @@ def install_payments_api(app: FastAPI, payments: Payments, hub: IntentEventHub) 
         routes_intents.router,
         routes_policies.router,
         routes_channels.router,
+        routes_refunds.router,
+        routes_webhooks.router,
     ):
         app.include_router(router, responses=ERROR_RESPONSES)

@@ -1,0 +1,45 @@
+"""`paymanager sandbox`: HTTP simulators of the outside parties paymanager talks to.
+
+Each simulator is a command of this group (`merchant` here; the PSP simulators join it as their own
+commands), serving real HTTP until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+sandbox_app = typer.Typer(help="HTTP simulators: a merchant's webhook receiver, ...", no_args_is_help=True)
+
+
+@sandbox_app.command("merchant")
+def merchant(
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = 8099,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    secret: Annotated[
+        list[str] | None, typer.Option(help="Endpoint secret to verify with (repeat during a rotation).")
+    ] = None,
+    mode: Annotated[str, typer.Option(help="How to answer: ok, fail (500), hang, gone (410).")] = "ok",
+    tolerance_sec: Annotated[int, typer.Option(help="Signature timestamp tolerance.")] = 300,
+) -> None:
+    """A webhook receiver that verifies signatures and answers as --mode says (per path at run time:
+    POST /_control/paths). Received deliveries: GET /_control/received."""
+    from paymanager.cli._command import fail, run_async
+    from paymanager.sandbox.merchant import MODES, MerchantReceiver, serve_forever
+
+    if mode not in MODES:
+        fail(f"--mode must be one of {', '.join(MODES)}", 2)
+
+    async def ready(url: str) -> None:
+        typer.echo(f"merchant sandbox listening on {url} (mode {mode})", err=True)
+
+    async def run() -> None:
+        receiver = MerchantReceiver(mode=mode, secrets=list(secret or []), tolerance_sec=tolerance_sec)
+        await serve_forever(receiver, host, port, ready)
+
+    run_async(run())
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sandbox_app, name="sandbox")
