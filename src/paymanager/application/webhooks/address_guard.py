@@ -83,10 +83,10 @@ def _refused_kind(address: IpAddress) -> str | None:
         return _refused_kind(address.ipv4_mapped)
     for kind, hit in (
         ("loopback", address.is_loopback),
-        ("link-local", address.is_link_local),
-        ("private", address.is_private),
-        ("multicast", address.is_multicast),
         ("unspecified", address.is_unspecified),
+        ("link-local", address.is_link_local),
+        ("multicast", address.is_multicast),
+        ("private", address.is_private),
         ("reserved", address.is_reserved),
     ):
         if hit:
