@@ -22,6 +22,7 @@ def merchant(
     ] = None,
     mode: Annotated[str, typer.Option(help="How to answer: ok, fail (500), hang, gone (410).")] = "ok",
     tolerance_sec: Annotated[int, typer.Option(help="Signature timestamp tolerance.")] = 300,
+    delay_ms: Annotated[int, typer.Option(min=0, max=600_000, help="Answer this much later.")] = 0,
 ) -> None:
     """A webhook receiver that verifies signatures and answers as --mode says (per path at run time:
     POST /_control/paths). Received deliveries: GET /_control/received."""
@@ -36,6 +37,7 @@ def merchant(
 
     async def run() -> None:
         receiver = MerchantReceiver(mode=mode, secrets=list(secret or []), tolerance_sec=tolerance_sec)
+        receiver.default.delay_ms = delay_ms
         await serve_forever(receiver, host, port, ready)
 
     run_async(run())
