@@ -113,7 +113,8 @@ async def run(processes: int, deliveries: int, endpoints: int, hang: bool) -> fl
             if os.environ.get("BENCH_DETAILS"):  # where the time went: receiver latency, job durations
                 print(
                     await conn.fetchrow(
-                        "SELECT avg(last_latency_ms), max(last_latency_ms), avg(attempts) FROM webhook_delivery"
+                        "SELECT avg(last_latency_ms), max(last_latency_ms), avg(attempts)"
+                        " FROM webhook_delivery"
                     )
                 )
                 print(
