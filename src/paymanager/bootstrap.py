@@ -27,6 +27,7 @@ from paymanager.adapters.psp.drivers import DRIVERS
 from paymanager.adapters.psp.port import PspDriver
 from paymanager.adapters.redis_events import RedisPublisher
 from paymanager.adapters.secret_box import SecretBox
+from paymanager.adapters.webhook_http import HttpxSender
 from paymanager.application.accounts.use_cases import seed_system_accounts
 from paymanager.application.context import Payments
 from paymanager.application.intents.backpressure import apply_default_max_depth
@@ -47,9 +48,19 @@ from paymanager.application.psp.payout import (
     queue_of,
 )
 from paymanager.application.psp.store import PspStore
-from paymanager.application.psp.webhooks import WEBHOOK_KIND, WEBHOOK_QUEUE, webhook_handler
+from paymanager.application.psp.webhooks import WEBHOOK_KIND as PSP_WEBHOOK_KIND
+from paymanager.application.psp.webhooks import WEBHOOK_QUEUE as PSP_WEBHOOK_QUEUE
+from paymanager.application.psp.webhooks import webhook_handler as psp_webhook_handler
+from paymanager.application.refunds.execute import REFUND_KIND, refund_handler
 from paymanager.application.storage import upkeep as storage
 from paymanager.application.sweeper import ApiSweeper
+from paymanager.application.webhooks.address_guard import AddressGuard, Resolver, system_resolver
+from paymanager.application.webhooks.deliver import (
+    DELIVER_KIND,
+    WEBHOOK_QUEUE,
+    EndpointSlots,
+    WebhookDeliverer,
+)
 from paymanager.config import Settings
 from paymanager.db.database import Database
 from paymanager.domain.channels import DEFAULT_CHANNELS, ChannelRegistry
@@ -59,6 +70,7 @@ from paymanager.jobs import (
     PeriodicJob,
     Registry,
     Retention,
+    Schedule,
     Worker,
     WorkerOptions,
     set_global_concurrency,
@@ -110,6 +122,9 @@ class Components:
     event_hub: IntentEventHub | None
     # The services of this process's roles, in start order (they stop in reverse).
     services: tuple[Service, ...]
+    # The SSRF guard of webhook URLs (registration and delivery share it) and the delivery's client.
+    webhook_guard: AddressGuard
+    webhook_sender: HttpxSender
     # Set when the process shuts down: long-lived work (event streams) ends itself.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     # The PSP drivers of this process, by PSP name (the psp-worker's PSP_NAMES; for the api, those
@@ -123,18 +138,25 @@ class Components:
             with contextlib.suppress(Exception):
                 await driver.aclose()
         await self.ledger.close()
+        await self.webhook_sender.close()
         if self.redis is not None:
             with contextlib.suppress(Exception):
                 await self.redis.aclose()
 
 
 async def build(
-    settings: Settings, database: Database, *, process_id: str, reconcile_intents: bool = True
+    settings: Settings,
+    database: Database,
+    *,
+    process_id: str,
+    reconcile_intents: bool = True,
+    resolver: Resolver = system_resolver,
 ) -> Components:
     """Run the start-up steps from the ledger to the role services (built, not started).
 
     Raises `StartupError` naming the step that failed. `reconcile_intents=False` skips the
-    reconciler, for a caller that wants the components without touching any intent (tests)."""
+    reconciler, for a caller that wants the components without touching any intent (tests);
+    `resolver` resolves webhook hosts for the SSRF guard (tests resolve names their own way)."""
     ledger = await _step("connect the ledger", connect_ledger(settings, database))
     redis = await _step("connect Redis", connect_redis(settings))
     payments = _payments(settings, database, ledger, redis, process_id)
@@ -153,9 +175,25 @@ async def build(
     if Role.PSP_WORKER in settings.worker_roles:
         await _step("limit the PSP queues", _limit_psp_queues(database, settings))
     hub = IntentEventHub(database) if Role.API in settings.worker_roles else None
-    services = _role_services(settings, database, payments, hub, process_id, drivers)
+    guard = AddressGuard(settings.webhook_allowed_hosts, resolver)
+    sender = HttpxSender(timeout_ms=settings.webhook_timeout_ms, connections_max=settings.webhook_concurrency)
+    deliverer = WebhookDeliverer(
+        payments, guard, sender, EndpointSlots(settings.webhook_endpoint_concurrency),
+        Schedule(settings.webhook_retry_schedule_ms),
+    )  # fmt: skip
+    services = _role_services(settings, database, payments, hub, process_id, drivers, deliverer)
     return Components(
-        settings, database, process_id, ledger, redis, payments, hub, services, psp_drivers=drivers
+        settings,
+        database,
+        process_id,
+        ledger,
+        redis,
+        payments,
+        hub,
+        services,
+        guard,
+        sender,
+        psp_drivers=drivers,
     )
 
 
@@ -279,6 +317,7 @@ def _role_services(
     hub: IntentEventHub | None,
     process_id: str,
     drivers: dict[str, PspDriver],
+    deliverer: WebhookDeliverer,
 ) -> tuple[Service, ...]:
     # Every process keeps the storage up, whatever its roles: one of them runs each duty per interval.
     services: list[Service] = [storage.StorageUpkeep(database.pool, settings)]
@@ -289,7 +328,7 @@ def _role_services(
         # before the maintenance, whose duty in progress is not work that has to finish.
         services.append(maintenance(settings, database))
         if any(role in settings.worker_roles for role in (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY)):
-            services.append(job_worker(settings, database, payments, process_id))
+            services.append(job_worker(settings, database, payments, process_id, deliverer))
         if Role.PSP_WORKER in settings.worker_roles:
             services.append(psp_worker(settings, database, payments, process_id, drivers))
             if settings.balance_monitor_enabled:
@@ -312,8 +351,10 @@ def psp_worker(
     )
     queues = {queue_of(name): settings.psp_concurrency for name in settings.psp_names}
     # Webhooks the api stored: applied by any psp-worker, whatever PSPs it drives.
-    registry.register(WEBHOOK_KIND, webhook_handler(payments), queue=WEBHOOK_QUEUE, max_attempts=10)
-    queues[WEBHOOK_QUEUE] = 4
+    registry.register(
+        PSP_WEBHOOK_KIND, psp_webhook_handler(payments), queue=PSP_WEBHOOK_QUEUE, max_attempts=10
+    )
+    queues[PSP_WEBHOOK_QUEUE] = 4
     lease_sec = settings.psp_retry_lease_sec if settings.psp_max_retries > 0 else settings.psp_lease_sec
     # A heartbeat at most a third of the lease apart: a slow PSP answer must never lose a live lease.
     options = dataclasses.replace(
@@ -325,7 +366,13 @@ def psp_worker(
     return Worker(database.pool, database, registry, queues, options)
 
 
-def job_worker(settings: Settings, database: Database, payments: Payments, process_id: str) -> Worker:
+def job_worker(
+    settings: Settings,
+    database: Database,
+    payments: Payments,
+    process_id: str,
+    deliverer: WebhookDeliverer,
+) -> Worker:
     """The job Worker for the queues of this process's job roles."""
     registry = Registry()
     queues: dict[str, int] = {}
@@ -342,6 +389,23 @@ def job_worker(settings: Settings, database: Database, payments: Payments, proce
             EXPIRE_KIND, expire_pending_handler(payments.ledger), queue=OUTBOX_QUEUE, max_attempts=3
         )
         queues[OUTBOX_QUEUE] = settings.outbox_concurrency
+        # Webhooks have a queue of their own, so a slow receiver never takes a settlement's slot;
+        # within it, each endpoint is bounded per process (deliver.EndpointSlots).
+        registry.register(
+            DELIVER_KIND,
+            deliverer.deliver,
+            queue=WEBHOOK_QUEUE,
+            max_attempts=settings.webhook_max_attempts,
+            backoff=deliverer.schedule,
+        )
+        queues[WEBHOOK_QUEUE] = settings.webhook_concurrency
+        registry.register(
+            REFUND_KIND,
+            refund_handler(payments),
+            queue=OUTBOX_QUEUE,
+            max_attempts=settings.outbox_max_attempts,
+            backoff=OUTBOX_SCHEDULE,
+        )
     if Role.INVOICE_EXPIRY in roles:
         # One sweep at a time per process; the periodic schedule makes it one per slot cluster-wide.
         registry.register(SWEEP_KIND, invoice_sweep_handler(payments), queue=INVOICE_QUEUE, max_attempts=3)

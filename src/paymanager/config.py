@@ -139,6 +139,54 @@ class Settings(BaseSettings):
         default=10, ge=1, le=100, description="Attempts of an outbox action before it is dead-lettered."
     )
 
+    # --- merchant webhooks ------------------------------------------------------------------------
+    webhook_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Comma-separated hosts, addresses or networks (CIDR) a webhook URL may reach although "
+        "they are loopback, private or link-local (never a cloud metadata address).",
+    )
+    webhook_concurrency: int = Field(
+        default=64, ge=1, le=1_000, description="Most webhook deliveries in flight at once per process."
+    )
+    webhook_endpoint_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=1_000,
+        description="Most deliveries in flight to one endpoint per process: a slow endpoint holds no more.",
+    )
+    webhook_busy_snooze_ms: int = Field(
+        default=1_000,
+        ge=10,
+        le=600_000,
+        description="How long a delivery waits when its endpoint's slots are all taken (no attempt spent).",
+    )
+    webhook_timeout_ms: int = Field(
+        default=10_000, ge=100, le=60_000, description="Time a receiver has to answer one delivery."
+    )
+    webhook_max_attempts: int = Field(
+        default=7,
+        ge=1,
+        le=100,
+        description="Attempts of a delivery (the first, then the schedule's retries) before its dead letter.",
+    )
+    webhook_retry_schedule_ms: Annotated[tuple[int, ...], NoDecode] = Field(
+        default=(60_000, 300_000, 1_800_000, 7_200_000, 43_200_000, 86_400_000),
+        description="Comma-separated delays before each retry (the last repeats): 1 min, 5 min, 30 min, "
+        "2 h, 12 h, 24 h.",
+    )
+    webhook_disable_after_failing_sec: int = Field(
+        default=259_200,
+        ge=60,
+        le=2_592_000,
+        description="An endpoint whose deliveries have all failed for this long is disabled (3 days).",
+    )
+    webhook_secret_grace_sec: int = Field(
+        default=86_400,
+        ge=0,
+        le=604_800,
+        description="After a secret rotation, how long the previous secret also signs deliveries.",
+    )
+
     # --- job engine ------------------------------------------------------------------------------
     job_lease_ms: int = Field(
         default=30_000, ge=1_000, le=3_600_000, description="Lease of a running job; heartbeats renew it."
@@ -329,6 +377,23 @@ class Settings(BaseSettings):
         parse_rate_limit(value)  # a ValueError names the expected form
         return value
 
+    @field_validator("webhook_allowed_hosts", mode="before")
+    @classmethod
+    def _parse_allowed_hosts(cls, value: Any) -> tuple[str, ...]:
+        items = value.split(",") if isinstance(value, str) else list(value)
+        return tuple(dict.fromkeys(str(item).strip().lower() for item in items if str(item).strip()))
+
+    @field_validator("webhook_retry_schedule_ms", mode="before")
+    @classmethod
+    def _parse_retry_schedule(cls, value: Any) -> tuple[int, ...]:
+        items = value.split(",") if isinstance(value, str) else list(value)
+        delays = tuple(int(str(item).strip()) for item in items if str(item).strip())
+        if not delays or any(not 0 <= d <= 604_800_000 for d in delays):
+            raise ValueError("WEBHOOK_RETRY_SCHEDULE_MS needs 1 to 50 delays within [0, 604800000] ms")
+        if len(delays) > 50:
+            raise ValueError("WEBHOOK_RETRY_SCHEDULE_MS needs 1 to 50 delays within [0, 604800000] ms")
+        return delays
+
     @field_validator("psp_names", mode="before")
     @classmethod
     def _parse_psp_names(cls, value: Any) -> tuple[str, ...]:
@@ -397,7 +462,7 @@ class Settings(BaseSettings):
             elif isinstance(value, frozenset):
                 value = ",".join(sorted(str(item) for item in value))
             elif isinstance(value, tuple):
-                value = ",".join(value)
+                value = ",".join(str(item) for item in value)
             view[name.upper()] = value
         return view
 
@@ -419,7 +484,7 @@ def settings_markdown_table() -> str:
         if isinstance(default, frozenset):
             default = ",".join(sorted(str(item) for item in default))
         elif isinstance(default, tuple):
-            default = ",".join(default)
+            default = ",".join(str(item) for item in default)
         elif default is None:
             default = "(unset)"
         rows.append(f"| `{name.upper()}` | `{default}` | {field.description or ''} |")

@@ -100,6 +100,10 @@ _DOMAIN_STATUS: dict[type[domain.DomainError], int] = {
     domain.InvalidTransitionError: 409,
     domain.IntentExpiredError: 409,
     domain.PolicyViolationError: 422,
+    domain.RefundExceedsRefundableError: 422,
+    domain.IntentNotSettledError: 409,
+    domain.RefundNotRefundableError: 409,
+    domain.RefundNotSupportedError: 409,
     domain.InsufficientFundsError: 422,
     domain.DomainError: 422,
 }

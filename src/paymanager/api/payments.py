@@ -12,6 +12,8 @@ from paymanager.api import (
     routes_intents,
     routes_policies,
     routes_psp,
+    routes_psp_webhooks,
+    routes_refunds,
     routes_webhooks,
 )
 from paymanager.api.auth import ServiceCache
@@ -119,6 +121,8 @@ def install_payments_api(app: FastAPI, payments: Payments, hub: IntentEventHub) 
         routes_policies.router,
         routes_channels.router,
         routes_psp.router,
+        routes_psp_webhooks.router,
+        routes_refunds.router,
         routes_webhooks.router,
     ):
         app.include_router(router, responses=ERROR_RESPONSES)

@@ -231,3 +231,90 @@ class ErrorDetail(BaseModel):
 
 class ErrorOut(BaseModel):
     error: ErrorDetail
+
+
+# --- webhooks and refunds ------------------------------------------------------------------------
+
+
+class WebhookEndpointCreate(_Strict):
+    url: str = Field(min_length=8, max_length=2048, description="http(s) URL that receives deliveries.")
+    event_types: list[str] = Field(
+        min_length=1, max_length=50, description="Event types to receive, e.g. intent.settled; '*' for all."
+    )
+    description: str | None = Field(default=None, max_length=500)
+
+    @field_validator("url", "event_types", "description")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        return _no_nul(value)
+
+
+class WebhookEndpointOut(BaseModel):
+    id: str
+    object: Literal["webhook_endpoint"]
+    url: str
+    event_types: list[str]
+    description: str | None
+    status: Literal["enabled", "disabled"]
+    disabled_reason: str | None
+    failing_since: str | None
+    previous_secret_expires_at: str | None
+    created_at: str
+    secret: str | None = Field(default=None, description="Shown once: at creation and at rotation.")
+
+
+class WebhookEndpointList(BaseModel):
+    object: Literal["list"]
+    data: list[WebhookEndpointOut]
+
+
+class WebhookDeliveryOut(BaseModel):
+    id: str
+    object: Literal["webhook_delivery"]
+    event_id: str
+    event_type: str
+    endpoint_id: str
+    status: Literal["pending", "retrying", "succeeded", "dead", "cancelled"]
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    last_latency_ms: int | None
+    last_attempt_at: str | None
+    next_attempt_at: str | None
+    created_at: str | None
+    finished_at: str | None
+
+
+class WebhookDeliveryList(BaseModel):
+    object: Literal["list"]
+    data: list[WebhookDeliveryOut]
+    next_cursor: str | None
+
+
+class RefundCreate(_Strict):
+    amount: Amount | None = Field(default=None, description="Omit to refund all that is left.")
+    reason: str | None = Field(default=None, max_length=500)
+
+    @field_validator("reason")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        return _no_nul(value)
+
+
+class RefundOut(BaseModel):
+    id: str
+    object: Literal["refund"]
+    intent_id: str
+    amount: int
+    fee_refunded: int
+    currency: str
+    status: Literal["pending", "succeeded", "failed"]
+    reason: str | None
+    failure_reason: str | None
+    created_at: str
+    finished_at: str | None
+
+
+class RefundList(BaseModel):
+    object: Literal["list"]
+    data: list[RefundOut]

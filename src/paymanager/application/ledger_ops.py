@@ -45,6 +45,9 @@ TRANSFER_CODES = {
     ChannelName.MERCHANT_INVOICE: 5,
 }
 FEE_TRANSFER_CODE = 100
+# A refund's legs: the amount back from the payee, the fee back from the fee account.
+REFUND_TRANSFER_CODE = 200
+REFUND_FEE_TRANSFER_CODE = 201
 
 # Results that mean "this hold is already resolved the way we wanted" when retried.
 _POSTED = {CreateTransferResult.pending_transfer_already_posted}
@@ -272,6 +275,45 @@ async def release_unconfirmed_hold(ledger: Ledger, intent: Intent, hold_id: uuid
     refused = [r.result.name for r in results if not r.ok and r.result not in harmless]
     if refused:
         raise LedgerRefusedError(f"the ledger refused to release the hold of intent {intent.id}: {refused}")
+
+
+async def refund(
+    ledger: Ledger, conn: Conn, intent: Intent, refund_id: uuid.UUID, amount: int, fee: int
+) -> bool:
+    """Move a refund back to the payer with posted linked transfers (payee -> payer for `amount`,
+    fee account -> payer for `fee`), ids derived from the refund's id so a retried job is answered
+    `exists`. Returns False when the payee's balance does not cover it (the refund fails)."""
+    legs = [("amount", intent.payee_account_id.int, amount, REFUND_TRANSFER_CODE)]
+    if fee > 0:
+        assert intent.fee_account_id is not None, "a refunded fee comes from the intent's fee account"
+        legs.append(("fee", intent.fee_account_id.int, fee, REFUND_FEE_TRANSFER_CODE))
+    transfers = [
+        Transfer(
+            id=transfer_id(refund_id, f"refund.{purpose}"),
+            debit_account_id=debit,
+            credit_account_id=intent.payer_account_id.int,
+            amount=value,
+            user_data_128=intent.id.int,
+            user_data_64=0,
+            ledger=currency(intent.currency).numeric,
+            code=code,
+            flags=TransferFlags.LINKED if index < len(legs) - 1 else 0,
+        )
+        for index, (purpose, debit, value, code) in enumerate(legs)
+    ]
+    # On TigerBeetle the transfers cannot join `conn`'s transaction; their ids are the refund's, so a
+    # job retried after a crash between the ledger's answer and the commit is answered `exists`, or
+    # `id_already_failed` where the first try was refused.
+    results = await _transfers(ledger, conn, transfers, savepoint=False)
+    reasons = {r.result for r in results if not r.ok} - {
+        CreateTransferResult.linked_event_failed,
+        CreateTransferResult.exists,
+    }
+    if not reasons:
+        return True
+    if reasons <= {CreateTransferResult.exceeds_credits, CreateTransferResult.id_already_failed}:
+        return False
+    raise LedgerRefusedError(f"the ledger refused refund {refund_id}: {sorted(r.name for r in reasons)}")
 
 
 EXPIRE_KIND = "ledger.expire_pending"

@@ -1,4 +1,7 @@
-"""`paymanager sandbox psp`: the sandbox PSPs (IPPS, QP and Wise dialects) on one HTTP port."""
+"""`paymanager sandbox`: HTTP simulators of the outside parties paymanager talks to.
+
+Each simulator is a command of this group (`psp`, `merchant`), serving real HTTP until Ctrl-C.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,9 @@ from typing import Annotated
 
 import typer
 
-sandbox_app = typer.Typer(help="Sandbox partners for development and tests.", no_args_is_help=True)
+sandbox_app = typer.Typer(
+    help="HTTP simulators: the PSPs (IPPS, QP, Wise) and a merchant's webhook receiver.", no_args_is_help=True
+)
 
 
 @sandbox_app.command("psp")
@@ -20,6 +25,36 @@ def psp(
 
     typer.echo(f"sandbox PSPs (ipps, qp, wise) on http://{host}:{port}; faults: POST /admin/faults", err=True)
     serve(host, port, seed=seed)
+
+
+@sandbox_app.command("merchant")
+def merchant(
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = 8099,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    secret: Annotated[
+        list[str] | None, typer.Option(help="Endpoint secret to verify with (repeat during a rotation).")
+    ] = None,
+    mode: Annotated[str, typer.Option(help="How to answer: ok, fail (500), hang, gone (410).")] = "ok",
+    tolerance_sec: Annotated[int, typer.Option(help="Signature timestamp tolerance.")] = 300,
+    delay_ms: Annotated[int, typer.Option(min=0, max=600_000, help="Answer this much later.")] = 0,
+) -> None:
+    """A webhook receiver that verifies signatures and answers as --mode says (per path at run time:
+    POST /_control/paths). Received deliveries: GET /_control/received."""
+    from paymanager.cli._command import fail, run_async
+    from paymanager.sandbox.merchant import MODES, MerchantReceiver, serve_forever
+
+    if mode not in MODES:
+        fail(f"--mode must be one of {', '.join(MODES)}", 2)
+
+    async def ready(url: str) -> None:
+        typer.echo(f"merchant sandbox listening on {url} (mode {mode})", err=True)
+
+    async def run() -> None:
+        receiver = MerchantReceiver(mode=mode, secrets=list(secret or []), tolerance_sec=tolerance_sec)
+        receiver.default.delay_ms = delay_ms
+        await serve_forever(receiver, host, port, ready)
+
+    run_async(run())
 
 
 def register(app: typer.Typer) -> None:

@@ -70,3 +70,21 @@ class NotFoundError(DomainError):
 
 class InvalidInputError(DomainError):
     code = "invalid_input"
+
+
+class RefundExceedsRefundableError(DomainError):
+    """A refund larger than what is left to refund; `details.refundable` says what is."""
+
+    code = "refund_exceeds_refundable"
+
+
+class IntentNotSettledError(DomainError):
+    code = "intent_not_settled"
+
+
+class RefundNotRefundableError(DomainError):
+    code = "refund_not_refundable"
+
+
+class RefundNotSupportedError(DomainError):
+    code = "refund_not_supported"
