@@ -22,6 +22,8 @@ from typing import Protocol, TypeVar
 import asyncpg
 import redis.asyncio as aioredis
 
+from paymanager.adapters.card.acquirer import HttpCardAcquirer
+from paymanager.adapters.giftcard.titreo import TitreoGiftCards
 from paymanager.adapters.redis_events import RedisPublisher
 from paymanager.adapters.secret_box import SecretBox
 from paymanager.application.accounts.use_cases import seed_system_accounts
@@ -34,6 +36,11 @@ from paymanager.application.intents.invoice_sweep import INVOICE_QUEUE, SWEEP_KI
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle_handler
 from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
+from paymanager.application.sessions.actions import action_handlers
+from paymanager.application.sessions.cleanup import cleanup_handler
+from paymanager.application.sessions.context import Sessions
+from paymanager.application.sessions.notify import SessionNotifier
+from paymanager.application.sessions.outbox import CLEANUP_KIND, CLEANUP_QUEUE, SESSION_QUEUE
 from paymanager.application.sweeper import ApiSweeper
 from paymanager.config import Settings
 from paymanager.db.database import Database
@@ -94,10 +101,16 @@ class Components:
     services: tuple[Service, ...]
     # Set when the process shuts down: long-lived work (event streams) ends itself.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # Checkout sessions: their providers and notifier (providers only with SESSIONS_ENABLED).
+    sessions: Sessions | None = None
 
     async def close(self) -> None:
-        """Close what `build` opened (Redis, the ledger's batches); the Database is the caller's."""
+        """Close what `build` opened (Redis, the ledger's batches, the providers' clients); the
+        Database is the caller's."""
         await self.ledger.close()
+        if self.sessions is not None:
+            with contextlib.suppress(Exception):
+                await self.sessions.close()
         if self.redis is not None:
             with contextlib.suppress(Exception):
                 await self.redis.aclose()
@@ -123,10 +136,37 @@ async def build(
                 payments, batch_size=settings.reconcile_batch_size, max_intents=settings.reconcile_max_intents
             ),
         )
-    # Register PSP drivers: this build ships none yet; the step keeps its place in the order.
+    # Register PSP drivers: the session providers' drivers (gift cards, card acquiring) are the
+    # ones this build ships; the step keeps its place in the order.
+    sessions = await _step("register session providers", _sessions(settings, payments))
     hub = IntentEventHub(database) if Role.API in settings.worker_roles else None
-    services = _role_services(settings, database, payments, hub, process_id)
-    return Components(settings, database, process_id, ledger, redis, payments, hub, services)
+    services = _role_services(settings, database, payments, hub, process_id, sessions)
+    return Components(
+        settings, database, process_id, ledger, redis, payments, hub, services, sessions=sessions
+    )
+
+
+async def _sessions(settings: Settings, payments: Payments) -> Sessions:
+    """Checkout sessions' component. With SESSIONS_ENABLED the providers' drivers are built from their
+    configuration (config.py refuses to start without it: there is no silent stand-in)."""
+    sessions = Sessions(payments, SessionNotifier())
+    if settings.sessions_enabled:
+        assert settings.giftcard_base_url is not None
+        assert settings.card_base_url is not None
+        sessions.gift_cards = TitreoGiftCards(
+            settings.giftcard_base_url,
+            api_key=settings.giftcard_api_key.get_secret_value() if settings.giftcard_api_key else None,
+            timeout_ms=settings.provider_timeout_ms,
+        )
+        sessions.cards = HttpCardAcquirer(
+            settings.card_base_url,
+            api_key=settings.card_api_key.get_secret_value() if settings.card_api_key else None,
+            timeout_ms=settings.provider_timeout_ms,
+        )
+        log.info(
+            "session providers registered", giftcard=settings.giftcard_base_url, card=settings.card_base_url
+        )
+    return sessions
 
 
 async def _step(name: str, work: Awaitable[T]) -> T:
@@ -209,11 +249,16 @@ async def _register_channels(payments: Payments) -> None:
 
 # Roles whose work runs as jobs. A process gets ONE job Worker serving the queues of all its roles, and
 # one Maintenance (rescuer, pruner, periodic scheduler) whatever its roles.
-JOB_ROLES = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY)
+JOB_ROLES = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY, Role.SESSION_CLEANUP)
 
 
 def _role_services(
-    settings: Settings, database: Database, payments: Payments, hub: IntentEventHub | None, process_id: str
+    settings: Settings,
+    database: Database,
+    payments: Payments,
+    hub: IntentEventHub | None,
+    process_id: str,
+    sessions: Sessions | None = None,
 ) -> tuple[Service, ...]:
     services: list[Service] = []
     if hub is not None:
@@ -221,11 +266,21 @@ def _role_services(
     if any(role in settings.worker_roles for role in JOB_ROLES):
         # Services stop in reverse order: the worker (stop claiming, finish or give back its jobs)
         # before the maintenance, whose duty in progress is not work that has to finish.
-        services += [maintenance(settings, database), job_worker(settings, database, payments, process_id)]
+        services += [
+            maintenance(settings, database),
+            job_worker(settings, database, payments, process_id, sessions=sessions),
+        ]
     return tuple(services)
 
 
-def job_worker(settings: Settings, database: Database, payments: Payments, process_id: str) -> Worker:
+def job_worker(
+    settings: Settings,
+    database: Database,
+    payments: Payments,
+    process_id: str,
+    *,
+    sessions: Sessions | None = None,
+) -> Worker:
     """The job Worker for the queues of this process's job roles."""
     registry = Registry()
     queues: dict[str, int] = {}
@@ -246,7 +301,25 @@ def job_worker(settings: Settings, database: Database, payments: Payments, proce
         # One sweep at a time per process; the periodic schedule makes it one per slot cluster-wide.
         registry.register(SWEEP_KIND, invoice_sweep_handler(payments), queue=INVOICE_QUEUE, max_attempts=3)
         queues[INVOICE_QUEUE] = 1
+    if sessions is not None:
+        _register_sessions(registry, queues, settings, sessions)
     return Worker(database.pool, database, registry, queues, worker_options(settings, process_id))
+
+
+def _register_sessions(
+    registry: Registry, queues: dict[str, int], settings: Settings, sessions: Sessions
+) -> None:
+    """The session actions (outbox-worker, with the providers) and the cleanup (session-cleanup)."""
+    roles = settings.worker_roles
+    if Role.OUTBOX_WORKER in roles and sessions.gift_cards is not None and sessions.cards is not None:
+        # The actions' own schedule and attempts are set on each job at enqueue (outbox.py).
+        for kind, handler in action_handlers(sessions).items():
+            registry.register(kind, handler, queue=SESSION_QUEUE)
+        queues[SESSION_QUEUE] = settings.session_action_concurrency
+    if Role.SESSION_CLEANUP in roles:
+        # One tick at a time per process; the periodic schedule makes it one per slot cluster-wide.
+        registry.register(CLEANUP_KIND, cleanup_handler(sessions), queue=CLEANUP_QUEUE, max_attempts=3)
+        queues[CLEANUP_QUEUE] = 1
 
 
 def worker_options(settings: Settings, process_id: str) -> WorkerOptions:
@@ -284,6 +357,9 @@ def maintenance(settings: Settings, database: Database) -> Maintenance:
                 SWEEP_KIND,
                 queue=INVOICE_QUEUE,
                 interval_ms=settings.invoice_expiry_sweep_interval_ms,
+            ),
+            PeriodicJob(
+                CLEANUP_KIND, CLEANUP_KIND, queue=CLEANUP_QUEUE, interval_ms=settings.cleanup_interval_ms
             ),
         ),
     )

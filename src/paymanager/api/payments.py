@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from paymanager.api import routes_accounts, routes_channels, routes_intents, routes_policies
+from paymanager.api import routes_accounts, routes_channels, routes_intents, routes_policies, routes_sessions
 from paymanager.api.auth import ServiceCache
 from paymanager.api.body_limit import BodyLimitMiddleware
 from paymanager.api.outage import DatabaseOutage
@@ -14,6 +14,7 @@ from paymanager.api.rate_limit import ServiceRateLimiter
 from paymanager.api.schemas import ErrorOut
 from paymanager.application.context import Payments
 from paymanager.application.intents.event_hub import IntentEventHub
+from paymanager.application.sessions.context import Sessions
 
 SIGNING_DOC = """
 ## Authentication
@@ -113,3 +114,9 @@ def install_payments_api(app: FastAPI, payments: Payments, hub: IntentEventHub) 
         routes_channels.router,
     ):
         app.include_router(router, responses=ERROR_RESPONSES)
+
+
+def install_sessions_api(app: FastAPI, sessions: Sessions) -> None:
+    """The checkout-sessions routes (SESSIONS_ENABLED), beside the payments routes."""
+    app.state.sessions = sessions
+    app.include_router(routes_sessions.router, responses=ERROR_RESPONSES)
