@@ -62,9 +62,10 @@ async def get(
 @router.post(
     "/{session_id}/confirm",
     response_model=SessionOut,
-    summary="Confirm: debit the gift cards, then authorise the card (as outbox jobs)",
+    summary="Confirm: debit the gift cards and authorise the card (as outbox jobs)",
     description="The session goes `processing` and its actions run in the background: DEBIT_GIFT for each "
-    "gift card, then AUTHORIZE_PSP; it ends `completed`, or `failed` with every captured leg compensated. "
+    "gift card and AUTHORIZE_PSP for the card, in parallel; it ends `completed` (then CAPTURE_PSP), or "
+    "`failed` with every leg that moved money compensated. "
     "A session past its expiry answers 409 `session_expired` (and is expired).",
 )
 async def confirm(

@@ -32,6 +32,8 @@ class Faults:
     error_rate: float = 0.0
     # The next N money-moving requests answer 503 before anything is done (deterministic).
     fail_next: int = 0
+    # Debits / authorisations of these cards answer 503 before anything is done, until changed.
+    fail_cards: list[str] = field(default_factory=list)
     # Every debit / authorisation is declined, or only those of these cards.
     decline: bool = False
     decline_cards: list[str] = field(default_factory=list)
@@ -71,8 +73,10 @@ class ProviderSim:
         if faults.latency_ms or extra:
             await asyncio.sleep((faults.latency_ms + extra) / 1000)
 
-    def should_fail(self) -> bool:
-        """A 5xx before anything is done: consumes one `fail_next` or draws `error_rate`."""
+    def should_fail(self, card: str | None = None) -> bool:
+        """A 5xx before anything is done: a card of `fail_cards`, one `fail_next`, or `error_rate`."""
+        if card is not None and card in self.faults.fail_cards:
+            return True
         if self.faults.fail_next > 0:
             self.faults.fail_next -= 1
             return True

@@ -64,16 +64,16 @@ def create_app(sim: ProviderSim | None = None) -> FastAPI:
         body = await request.json()
         if not idempotency_key:
             return JSONResponse({"error": "idempotency_key_required"}, status_code=400)
+        token = str(body.get("token", ""))
         sim.count(idempotency_key, "authorize_submissions")
         await sim.delay()
-        if sim.should_fail():
+        if sim.should_fail(token):
             return unavailable()
         seen = state.authorizations.get(idempotency_key)
         if seen is not None:
             if not seen.found:
                 return JSONResponse({"error": "authorization_released", **_body(seen)}, status_code=409)
             return await sim.answer_or_hang(JSONResponse(_body(seen), status_code=200))
-        token = str(body.get("token", ""))
         amount = int(body.get("amount", 0))
         if amount <= 0 or not token:
             return JSONResponse({"error": "bad_request", "message": "token and amount"}, status_code=400)

@@ -97,7 +97,7 @@ def create_app(sim: ProviderSim | None = None) -> FastAPI:
             return JSONResponse({"error": "idempotency_key_required"}, status_code=400)
         sim.count(card_number, "debit_submissions")
         await sim.delay()
-        if sim.should_fail():
+        if sim.should_fail(card_number):
             return unavailable()
         # From here to the answer nothing awaits: a check and its effect are one step of the loop.
         seen = state.debits.get(idempotency_key)

@@ -4,10 +4,10 @@ Confirm, cancel, the actions and the cleanup all change a session only through t
 the row locked (`SessionStore.get(lock=True)` or `lock_of_leg`), so whichever comes first decides and
 the others find the session moved on:
 
-- `begin` (confirm): open -> processing, and the first actions (DEBIT_GIFT per gift leg, or
-  AUTHORIZE_PSP when there is no gift leg);
-- `advance` (a leg captured or authorised): AUTHORIZE_PSP once every gift leg is captured, then
-  `complete` once the card is held;
+- `begin` (confirm): open -> processing, and every leg's action at once (DEBIT_GIFT per gift leg,
+  AUTHORIZE_PSP for the card leg), so the legs' provider calls run in parallel;
+- `advance` (a leg captured or authorised): `complete` once every gift leg is captured and the card
+  is held;
 - `complete`: processing -> completed, the ledger's record of the merchant's settlement and the fee,
   CAPTURE_PSP for the held card, the merchant's `session.completed`;
 - `end` (a refused leg, a cancel, the expiry): the terminal status, and in the same transaction the
@@ -59,31 +59,25 @@ async def _enqueue(sessions: Sessions, conn: Conn, kind: str, leg_id: uuid.UUID)
 
 
 async def begin(sessions: Sessions, conn: Conn, session: Session, legs: list[Leg]) -> Session:
-    """A locked open session starts processing: its first actions are enqueued."""
+    """A locked open session starts processing: every leg's first action is enqueued at once (the
+    legs run in parallel; a refusal of any ends the session and compensates the others)."""
     session_transition(session.status, SessionStatus.PROCESSING)
     now = sessions.payments.clock()
     updated = await SessionStore(conn).set_status(
         session_id=session.id, status=SessionStatus.PROCESSING, from_status=session.status, now=now
     )
     assert updated is not None, "the row lock guarantees the status did not change"
-    gifts = [leg for leg in legs if leg.kind is LegKind.GIFT_CARD]
-    for leg in gifts:
-        await _enqueue(sessions, conn, DEBIT_GIFT, leg.id)
-    if not gifts:
-        card = next(leg for leg in legs if leg.kind is LegKind.CARD)
-        await _enqueue(sessions, conn, AUTHORIZE_PSP, card.id)
+    for leg in legs:
+        await _enqueue(sessions, conn, DEBIT_GIFT if leg.kind is LegKind.GIFT_CARD else AUTHORIZE_PSP, leg.id)
     return updated
 
 
 async def advance(sessions: Sessions, conn: Conn, session: Session, legs: list[Leg]) -> Session:
-    """After a leg of a locked processing session was captured or authorised: the next step."""
+    """After a leg of a locked processing session was captured or authorised: `complete` once every
+    gift leg is captured and the card (if any) is held; else nothing yet."""
     assert session.status is SessionStatus.PROCESSING
-    gifts = [leg for leg in legs if leg.kind is LegKind.GIFT_CARD]
-    if any(leg.status is not LegStatus.CAPTURED for leg in gifts):
-        return session
-    card = next((leg for leg in legs if leg.kind is LegKind.CARD), None)
-    if card is not None and card.status is LegStatus.PENDING:
-        await _enqueue(sessions, conn, AUTHORIZE_PSP, card.id)
+    done = {LegKind.GIFT_CARD: LegStatus.CAPTURED, LegKind.CARD: LegStatus.AUTHORIZED}
+    if any(leg.status is not done[leg.kind] for leg in legs):
         return session
     return await complete(sessions, conn, session, legs)
 
