@@ -95,7 +95,8 @@ class Env:
 
         async def idle() -> bool:
             left = await self.pool.fetchval(
-                "SELECT count(*) FROM job WHERE queue = $1 AND state NOT IN ('completed', 'dead', 'cancelled')",
+                "SELECT count(*) FROM job"
+                " WHERE queue = $1 AND state NOT IN ('completed', 'dead', 'cancelled')",
                 ACTION_QUEUE,
             )
             return int(left) == 0
