@@ -79,14 +79,14 @@ class Env:
 
     async def wait_status(self, session_id: str, status: str) -> dict[str, Any]:
         async def reached() -> bool:
-            return (await self.get(session_id))["status"] == status
+            return bool((await self.get(session_id))["status"] == status)
 
         await wait_until(reached)
         return await self.get(session_id)
 
     async def wait_leg(self, session_id: str, position: int, status: str) -> None:
         async def reached() -> bool:
-            return (await self.get(session_id))["legs"][position]["status"] == status
+            return bool((await self.get(session_id))["legs"][position]["status"] == status)
 
         await wait_until(reached)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime
 
 from paymanager.application.sessions import lifecycle
 from paymanager.application.sessions.context import Sessions
@@ -36,13 +37,15 @@ class CleanupResult:
     enqueuedReleases: int = 0
 
 
-async def cleanup_expired_sessions(sessions: Sessions, batch_size: int) -> CleanupResult:
-    """Expire up to `batch_size` due sessions in one transaction; what it did."""
+async def cleanup_expired_sessions(
+    sessions: Sessions, batch_size: int, *, now: datetime | None = None
+) -> CleanupResult:
+    """Expire up to `batch_size` sessions due at `now` (the process clock's) in one transaction."""
     result = CleanupResult()
     payments = sessions.payments
     async with payments.pool.acquire() as conn, conn.transaction():
         store = SessionStore(conn)
-        due = await store.lock_due(now=payments.clock(), limit=batch_size)
+        due = await store.lock_due(now=now or payments.clock(), limit=batch_size)
         result.scanned = len(due)
         for session in due:
             legs = await store.legs(session_id=session.id)
