@@ -131,13 +131,13 @@ def test_markdown_table_lists_every_variable() -> None:
         assert f"`{name.upper()}`" in table
 
 
-# Variables of roles the README marks as not built yet (psp-worker, balance monitor, session-cleanup),
+# Variables of roles the README marks as not built yet (psp-worker, balance monitor),
 # and of the TigerBeetle backend, which config.py refuses until it is wired to payments.
 RESERVED = {
     "tb_address", "tb_cluster_id",
     "psp_names", "psp_poll_interval_ms", "psp_lease_sec", "psp_retry_lease_sec", "psp_max_retries",
     "balance_monitor_enabled", "balance_tick_ms", "ipps_low_balance_threshold_satang",
-    "ipps_drift_threshold_satang", "cleanup_interval_ms", "cleanup_batch_size",
+    "ipps_drift_threshold_satang",
 }  # fmt: skip
 
 
