@@ -91,6 +91,12 @@ async def complete(sessions: Sessions, conn: Conn, session: Session, legs: list[
         session_id=session.id, status=SessionStatus.COMPLETED, from_status=session.status, now=now
     )
     assert updated is not None, "the row lock guarantees the status did not change"
+    for leg in legs:
+        if leg.kind is LegKind.CARD and leg.status is LegStatus.AUTHORIZED:
+            await _enqueue(sessions, conn, CAPTURE_PSP, leg.id)
+    await sessions.notifier.emit(conn, updated, legs)
+    # The ledger comes last: it locks the merchant's and the funding account's rows until the commit,
+    # and every completion paying the same merchant queues behind that lock.
     await ledger_ops.record_session_settlement(
         payments.ledger, conn, session_id=session.id, currency_code=session.currency,
         source_account_id=payments.system_account(SystemAccount.FUNDING, session.currency),
@@ -100,10 +106,6 @@ async def complete(sessions: Sessions, conn: Conn, session: Session, legs: list[
         ),
         amount=session.amount, fee=session.fee,
     )  # fmt: skip
-    for leg in legs:
-        if leg.kind is LegKind.CARD and leg.status is LegStatus.AUTHORIZED:
-            await _enqueue(sessions, conn, CAPTURE_PSP, leg.id)
-    await sessions.notifier.emit(conn, updated, legs)
     return updated
 
 
