@@ -87,7 +87,7 @@ class Sandbox:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while True:
             try:
                 httpx.get(f"{self.url}/_sandbox/faults", timeout=1)

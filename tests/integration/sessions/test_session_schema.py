@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from paymanager.application.services.use_cases import create_service
+from paymanager.db.pool import Conn
 from paymanager.domain.sessions import (
     LEG_STATUSES,
     LEG_TRANSITIONS,
@@ -22,9 +23,7 @@ from tests.integration.payments.conftest import build_components
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-async def _session_row(
-    conn: asyncpg.Connection, service_id: str, account_id: uuid.UUID, status: str
-) -> uuid.UUID:
+async def _session_row(conn: Conn, service_id: str, account_id: uuid.UUID, status: str) -> uuid.UUID:
     session_id = uuid.uuid4()
     finished = NOW if status in {"completed", "failed", "cancelled", "expired"} else None
     confirmed = NOW if status in {"processing", "completed", "failed"} else None
@@ -64,20 +63,20 @@ async def test_the_triggers_draw_the_same_edges_as_the_code(pool: asyncpg.Pool, 
                         await conn.execute(statement, session_id, target.value, finished, NOW)
         session_id = await _session_row(conn, service.id, account_id, "open")
         for kind in LegKind:
-            for current in LEG_STATUSES[kind]:
-                for target in LEG_STATUSES[kind] - {current}:
+            for leg_from in LEG_STATUSES[kind]:
+                for leg_to in LEG_STATUSES[kind] - {leg_from}:
                     leg_id = uuid.uuid4()
                     await conn.execute(
                         "INSERT INTO checkout_session_leg (id, session_id, position, kind, status, amount,"
                         " instrument, updated_at) VALUES ($1, $2, 0, $3, $4, 10, 'x', $5)",
-                        leg_id, session_id, kind.value, current.value, NOW,
+                        leg_id, session_id, kind.value, leg_from.value, NOW,
                     )  # fmt: skip
                     statement = "UPDATE checkout_session_leg SET status = $2 WHERE id = $1"
-                    if target in LEG_TRANSITIONS[kind].get(current, frozenset()):
-                        await conn.execute(statement, leg_id, target.value)
+                    if leg_to in LEG_TRANSITIONS[kind].get(leg_from, frozenset()):
+                        await conn.execute(statement, leg_id, leg_to.value)
                     else:
                         with pytest.raises(asyncpg.CheckViolationError):
-                            await conn.execute(statement, leg_id, target.value)
+                            await conn.execute(statement, leg_id, leg_to.value)
                     await conn.execute("DELETE FROM checkout_session_leg WHERE id = $1", leg_id)
 
 
