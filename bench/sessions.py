@@ -94,6 +94,7 @@ class Sandbox:
                 return
             except httpx.HTTPError:
                 if time.monotonic() > deadline:
+                    self.stop()
                     raise RuntimeError(f"the {kind} sandbox did not start") from None
                 time.sleep(0.1)
 
@@ -252,7 +253,12 @@ async def main() -> None:
     parser.add_argument("--latency-ms", type=int, default=20, help="Provider latency of phase 2.")
     args = parser.parse_args()
     url = await make_database()
-    gift, card = Sandbox("giftcard"), Sandbox("card")
+    gift = Sandbox("giftcard")
+    try:
+        card = Sandbox("card")
+    except RuntimeError:
+        gift.stop()
+        raise
     try:
         sessions, shop, merchant, pool = await setup(url, gift, card)
         jobs_rate = await baseline(url, pool, gift, card, args.count * 3)
