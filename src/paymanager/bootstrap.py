@@ -23,6 +23,8 @@ from typing import Protocol, TypeVar
 import asyncpg
 import redis.asyncio as aioredis
 
+from paymanager.adapters.card.acquirer import HttpCardAcquirer
+from paymanager.adapters.giftcard.titreo import TitreoGiftCards
 from paymanager.adapters.psp.drivers import DRIVERS
 from paymanager.adapters.psp.port import PspDriver
 from paymanager.adapters.redis_events import RedisPublisher
@@ -52,6 +54,11 @@ from paymanager.application.psp.webhooks import WEBHOOK_KIND as PSP_WEBHOOK_KIND
 from paymanager.application.psp.webhooks import WEBHOOK_QUEUE as PSP_WEBHOOK_QUEUE
 from paymanager.application.psp.webhooks import webhook_handler as psp_webhook_handler
 from paymanager.application.refunds.execute import REFUND_KIND, refund_handler
+from paymanager.application.sessions.actions import action_handlers
+from paymanager.application.sessions.cleanup import cleanup_handler
+from paymanager.application.sessions.context import Sessions
+from paymanager.application.sessions.notify import SessionNotifier
+from paymanager.application.sessions.outbox import CLEANUP_KIND, CLEANUP_QUEUE, SESSION_QUEUE
 from paymanager.application.storage import upkeep as storage
 from paymanager.application.sweeper import ApiSweeper
 from paymanager.application.webhooks.address_guard import AddressGuard, Resolver, system_resolver
@@ -130,15 +137,20 @@ class Components:
     # The PSP drivers of this process, by PSP name (the psp-worker's PSP_NAMES; for the api, those
     # configured, whose webhooks it verifies).
     psp_drivers: dict[str, PspDriver] = field(default_factory=dict)
+    # Checkout sessions: their providers and notifier (providers only with SESSIONS_ENABLED).
+    sessions: Sessions | None = None
 
     async def close(self) -> None:
-        """Close what `build` opened (Redis, the ledger's batches, the PSP drivers); the Database is
-        the caller's."""
+        """Close what `build` opened (Redis, the ledger's batches, the PSP drivers, the session
+        providers' clients); the Database is the caller's."""
         for driver in self.psp_drivers.values():
             with contextlib.suppress(Exception):
                 await driver.aclose()
         await self.ledger.close()
         await self.webhook_sender.close()
+        if self.sessions is not None:
+            with contextlib.suppress(Exception):
+                await self.sessions.close()
         if self.redis is not None:
             with contextlib.suppress(Exception):
                 await self.redis.aclose()
@@ -181,7 +193,8 @@ async def build(
         payments, guard, sender, EndpointSlots(settings.webhook_endpoint_concurrency),
         Schedule(settings.webhook_retry_schedule_ms),
     )  # fmt: skip
-    services = _role_services(settings, database, payments, hub, process_id, drivers, deliverer)
+    sessions = await _step("register session providers", _sessions(settings, payments))
+    services = _role_services(settings, database, payments, hub, process_id, drivers, deliverer, sessions)
     return Components(
         settings,
         database,
@@ -194,6 +207,7 @@ async def build(
         guard,
         sender,
         psp_drivers=drivers,
+        sessions=sessions,
     )
 
 
@@ -223,6 +237,29 @@ async def _limit_psp_queues(database: Database, settings: Settings) -> None:
             else:
                 await set_rate_limit(conn, queue, max_jobs=rate[0], window_ms=rate[1])
             await set_global_concurrency(conn, queue, settings.psp_global_concurrency)
+
+
+async def _sessions(settings: Settings, payments: Payments) -> Sessions:
+    """Checkout sessions' component. With SESSIONS_ENABLED the providers' drivers are built from their
+    configuration (config.py refuses to start without it: there is no silent stand-in)."""
+    sessions = Sessions(payments, SessionNotifier())
+    if settings.sessions_enabled:
+        assert settings.giftcard_base_url is not None
+        assert settings.card_base_url is not None
+        sessions.gift_cards = TitreoGiftCards(
+            settings.giftcard_base_url,
+            api_key=settings.giftcard_api_key.get_secret_value() if settings.giftcard_api_key else None,
+            timeout_ms=settings.provider_timeout_ms,
+        )
+        sessions.cards = HttpCardAcquirer(
+            settings.card_base_url,
+            api_key=settings.card_api_key.get_secret_value() if settings.card_api_key else None,
+            timeout_ms=settings.provider_timeout_ms,
+        )
+        log.info(
+            "session providers registered", giftcard=settings.giftcard_base_url, card=settings.card_base_url
+        )
+    return sessions
 
 
 async def _step(name: str, work: Awaitable[T]) -> T:
@@ -307,7 +344,7 @@ async def _register_channels(payments: Payments) -> None:
 
 # Roles whose work runs as jobs. A process gets ONE job Worker serving the queues of all its roles, and
 # one Maintenance (rescuer, pruner, periodic scheduler) whatever its roles.
-JOB_ROLES = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY, Role.PSP_WORKER)
+JOB_ROLES = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY, Role.PSP_WORKER, Role.SESSION_CLEANUP)
 
 
 def _role_services(
@@ -318,6 +355,7 @@ def _role_services(
     process_id: str,
     drivers: dict[str, PspDriver],
     deliverer: WebhookDeliverer,
+    sessions: Sessions | None = None,
 ) -> tuple[Service, ...]:
     # Every process keeps the storage up, whatever its roles: one of them runs each duty per interval.
     services: list[Service] = [storage.StorageUpkeep(database.pool, settings)]
@@ -327,8 +365,11 @@ def _role_services(
         # Services stop in reverse order: the worker (stop claiming, finish or give back its jobs)
         # before the maintenance, whose duty in progress is not work that has to finish.
         services.append(maintenance(settings, database))
-        if any(role in settings.worker_roles for role in (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY)):
-            services.append(job_worker(settings, database, payments, process_id, deliverer))
+        job_roles = (Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY, Role.SESSION_CLEANUP)
+        if any(role in settings.worker_roles for role in job_roles):
+            services.append(
+                job_worker(settings, database, payments, process_id, deliverer, sessions=sessions)
+            )
         if Role.PSP_WORKER in settings.worker_roles:
             services.append(psp_worker(settings, database, payments, process_id, drivers))
             if settings.balance_monitor_enabled:
@@ -372,6 +413,8 @@ def job_worker(
     payments: Payments,
     process_id: str,
     deliverer: WebhookDeliverer,
+    *,
+    sessions: Sessions | None = None,
 ) -> Worker:
     """The job Worker for the queues of this process's job roles."""
     registry = Registry()
@@ -410,7 +453,25 @@ def job_worker(
         # One sweep at a time per process; the periodic schedule makes it one per slot cluster-wide.
         registry.register(SWEEP_KIND, invoice_sweep_handler(payments), queue=INVOICE_QUEUE, max_attempts=3)
         queues[INVOICE_QUEUE] = 1
+    if sessions is not None:
+        _register_sessions(registry, queues, settings, sessions)
     return Worker(database.pool, database, registry, queues, worker_options(settings, process_id))
+
+
+def _register_sessions(
+    registry: Registry, queues: dict[str, int], settings: Settings, sessions: Sessions
+) -> None:
+    """The session actions (outbox-worker, with the providers) and the cleanup (session-cleanup)."""
+    roles = settings.worker_roles
+    if Role.OUTBOX_WORKER in roles and sessions.gift_cards is not None and sessions.cards is not None:
+        # The actions' own schedule and attempts are set on each job at enqueue (outbox.py).
+        for kind, handler in action_handlers(sessions).items():
+            registry.register(kind, handler, queue=SESSION_QUEUE)
+        queues[SESSION_QUEUE] = settings.session_action_concurrency
+    if Role.SESSION_CLEANUP in roles:
+        # One tick at a time per process; the periodic schedule makes it one per slot cluster-wide.
+        registry.register(CLEANUP_KIND, cleanup_handler(sessions), queue=CLEANUP_QUEUE, max_attempts=3)
+        queues[CLEANUP_QUEUE] = 1
 
 
 def worker_options(settings: Settings, process_id: str) -> WorkerOptions:
@@ -448,6 +509,9 @@ def maintenance(settings: Settings, database: Database) -> Maintenance:
                 SWEEP_KIND,
                 queue=INVOICE_QUEUE,
                 interval_ms=settings.invoice_expiry_sweep_interval_ms,
+            ),
+            PeriodicJob(
+                CLEANUP_KIND, CLEANUP_KIND, queue=CLEANUP_QUEUE, interval_ms=settings.cleanup_interval_ms
             ),
         ),
     )

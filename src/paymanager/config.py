@@ -276,9 +276,43 @@ class Settings(BaseSettings):
         default=100, ge=1, le=10_000, description="Invoices expired per sweep statement."
     )
     cleanup_interval_ms: int = Field(
-        default=60_000, ge=100, le=86_400_000, description="Period of the checkout-session cleanup."
+        default=60_000, ge=1_000, le=86_400_000, description="Period of the checkout-session cleanup."
     )
     cleanup_batch_size: int = Field(default=50, ge=1, le=10_000, description="Sessions expired per tick.")
+    sessions_enabled: bool = Field(
+        default=False,
+        description="Serve checkout sessions (the api's /checkout-sessions, the outbox worker's session "
+        "actions); needs GIFTCARD_BASE_URL and CARD_BASE_URL.",
+    )
+    session_default_ttl_sec: int = Field(
+        default=900, ge=1, le=7 * 86_400, description="Expiry of a checkout session that names none."
+    )
+    session_max_ttl_sec: int = Field(
+        default=86_400, ge=1, le=7 * 86_400, description="Longest expiry a checkout session may ask for."
+    )
+    session_action_concurrency: int = Field(
+        default=32,
+        ge=1,
+        le=1_000,
+        description="Session actions (provider calls) one outbox-worker process runs at once.",
+    )
+    giftcard_base_url: str | None = Field(
+        default=None,
+        description="Base URL of the Titreo gift-card provider (`paymanager sandbox giftcard` serves one).",
+    )
+    giftcard_api_key: SecretStr | None = Field(default=None, description="API key of the gift-card provider.")
+    card_base_url: str | None = Field(
+        default=None,
+        description="Base URL of the card acquirer of session card legs "
+        "(`paymanager sandbox card` serves one).",
+    )
+    card_api_key: SecretStr | None = Field(default=None, description="API key of the card acquirer.")
+    provider_timeout_ms: int = Field(
+        default=5_000,
+        ge=50,
+        le=120_000,
+        description="How long a gift-card or card call may take before its outcome counts as unknown.",
+    )
 
     # --- API ------------------------------------------------------------------------------------
     api_requests_per_sec_per_service: int = Field(
@@ -433,12 +467,13 @@ class Settings(BaseSettings):
                 f"INVOICE_DEFAULT_TTL_SEC ({self.invoice_default_ttl_sec}) is longer than "
                 f"INVOICE_MAX_TTL_SEC ({self.invoice_max_ttl_sec})"
             )
-        job_roles = {Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY}
+        job_roles = {Role.OUTBOX_WORKER, Role.INVOICE_EXPIRY, Role.SESSION_CLEANUP}
         if self.worker_roles & job_roles and self.db_pool_max_size < JOB_WORKER_POOL_MIN:
             problems.append(
                 f"DB_POOL_MAX_SIZE ({self.db_pool_max_size}) must be at least {JOB_WORKER_POOL_MIN} for the "
-                "job roles (outbox-worker, invoice-expiry): the worker pins 3 connections"
+                "job roles (outbox-worker, invoice-expiry, session-cleanup): the worker pins 3 connections"
             )
+        problems += self._session_problems()
         kek = self.psp_config_kek.get_secret_value() if self.psp_config_kek else None
         previous = self.psp_config_kek_previous.get_secret_value() if self.psp_config_kek_previous else None
         if kek is not None or previous:
@@ -451,6 +486,27 @@ class Settings(BaseSettings):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _session_problems(self) -> list[str]:
+        """Sessions enabled without their providers: never a silent stand-in (the source fell back
+        to a mock gift-card adapter when Titreo was not configured)."""
+        problems: list[str] = []
+        if self.sessions_enabled and not self.giftcard_base_url:
+            problems.append(
+                "SESSIONS_ENABLED=true needs GIFTCARD_BASE_URL, the Titreo gift-card provider "
+                "(for development, `paymanager sandbox giftcard --port 8091` serves one)"
+            )
+        if self.sessions_enabled and not self.card_base_url:
+            problems.append(
+                "SESSIONS_ENABLED=true needs CARD_BASE_URL, the card acquirer of card legs "
+                "(for development, `paymanager sandbox card --port 8092` serves one)"
+            )
+        if self.session_default_ttl_sec > self.session_max_ttl_sec:
+            problems.append(
+                f"SESSION_DEFAULT_TTL_SEC ({self.session_default_ttl_sec}) is longer than "
+                f"SESSION_MAX_TTL_SEC ({self.session_max_ttl_sec})"
+            )
+        return problems
 
     def public_view(self) -> dict[str, Any]:
         """The effective configuration with every secret masked, for `paymanager config` and logs."""

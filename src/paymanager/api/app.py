@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from paymanager import __version__
 from paymanager.api.errors import error_response, install_error_handlers
-from paymanager.api.payments import install_payments_api
+from paymanager.api.payments import install_payments_api, install_sessions_api
 from paymanager.bootstrap import Components
 from paymanager.db import migrations
 
@@ -65,4 +65,6 @@ def create_app(components: Components) -> FastAPI:
 
     if components.event_hub is not None:
         install_payments_api(app, components.payments, components.event_hub)
+        if components.settings.sessions_enabled and components.sessions is not None:
+            install_sessions_api(app, components.sessions)
     return app

@@ -32,6 +32,7 @@ from paymanager.application.errors import (
     ServiceNameTakenError,
 )
 from paymanager.domain import errors as domain
+from paymanager.domain.sessions import SessionExpiredError
 from paymanager.jobs import QueueFullError
 from paymanager.ledger import LedgerConflictError
 from paymanager.logging import get_logger
@@ -99,6 +100,7 @@ _DOMAIN_STATUS: dict[type[domain.DomainError], int] = {
     domain.ScopeRequiredError: 403,
     domain.InvalidTransitionError: 409,
     domain.IntentExpiredError: 409,
+    SessionExpiredError: 409,
     domain.PolicyViolationError: 422,
     domain.RefundExceedsRefundableError: 422,
     domain.IntentNotSettledError: 409,

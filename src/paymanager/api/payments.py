@@ -14,6 +14,7 @@ from paymanager.api import (
     routes_psp,
     routes_psp_webhooks,
     routes_refunds,
+    routes_sessions,
     routes_webhooks,
 )
 from paymanager.api.auth import ServiceCache
@@ -23,6 +24,7 @@ from paymanager.api.rate_limit import ServiceRateLimiter
 from paymanager.api.schemas import ErrorOut
 from paymanager.application.context import Payments
 from paymanager.application.intents.event_hub import IntentEventHub
+from paymanager.application.sessions.context import Sessions
 
 SIGNING_DOC = """
 ## Authentication
@@ -126,3 +128,9 @@ def install_payments_api(app: FastAPI, payments: Payments, hub: IntentEventHub) 
         routes_webhooks.router,
     ):
         app.include_router(router, responses=ERROR_RESPONSES)
+
+
+def install_sessions_api(app: FastAPI, sessions: Sessions) -> None:
+    """The checkout-sessions routes (SESSIONS_ENABLED), beside the payments routes."""
+    app.state.sessions = sessions
+    app.include_router(routes_sessions.router, responses=ERROR_RESPONSES)

@@ -304,7 +304,7 @@ async def refund(
     # On TigerBeetle the transfers cannot join `conn`'s transaction; their ids are the refund's, so a
     # job retried after a crash between the ledger's answer and the commit is answered `exists`, or
     # `id_already_failed` where the first try was refused.
-    results = await _transfers(ledger, conn, transfers, savepoint=False)
+    results = await _transfers(ledger, conn, transfers)
     reasons = {r.result for r in results if not r.ok} - {
         CreateTransferResult.linked_event_failed,
         CreateTransferResult.exists,
@@ -329,3 +329,50 @@ def expire_pending_handler(ledger: Ledger) -> Callable[[JobContext], Awaitable[N
         await ledger.expire_pending(limit=EXPIRE_BATCH)
 
     return handle
+
+
+SESSION_TRANSFER_CODE = 6
+
+
+async def record_session_settlement(
+    ledger: Ledger,
+    conn: Conn,
+    *,
+    session_id: uuid.UUID,
+    currency_code: str,
+    source_account_id: uuid.UUID,
+    merchant_account_id: uuid.UUID,
+    fee_account_id: uuid.UUID,
+    amount: int,
+    fee: int,
+) -> None:
+    """A completed checkout session: the amount entered the platform from the providers; the merchant
+    is credited the amount less the fee, the fee account the fee, in one linked chain.
+
+    The ids derive from the session, so a transaction run again submits the same ids and the ledger
+    answers `exists`. The source is the funding account (money entering the platform); a clearing
+    account per provider can take its place once the providers' settlements are reconciled."""
+    parts = [("merchant", merchant_account_id, amount - fee, SESSION_TRANSFER_CODE)]
+    if fee > 0:
+        parts.append(("fee", fee_account_id, fee, FEE_TRANSFER_CODE))
+    parts = [part for part in parts if part[2] > 0]
+    transfers = [
+        Transfer(
+            id=transfer_id(session_id, f"session.{purpose}"),
+            debit_account_id=source_account_id.int,
+            credit_account_id=credit.int,
+            amount=value,
+            user_data_128=session_id.int,
+            ledger=currency(currency_code).numeric,
+            code=code,
+            flags=TransferFlags.LINKED if index < len(parts) - 1 else 0,
+        )
+        for index, (purpose, credit, value, code) in enumerate(parts)
+    ]
+    # Deterministic ids: on TigerBeetle (which cannot join `conn`) a rerun is answered `exists`.
+    results = await _transfers(ledger, conn, transfers)
+    bad = [r for r in results if not r.ok and r.result is not CreateTransferResult.exists]
+    if bad:
+        raise LedgerRefusedError(
+            f"the ledger refused the settlement of session {session_id}: {sorted(r.result.name for r in bad)}"
+        )

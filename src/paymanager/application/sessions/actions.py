@@ -1,0 +1,255 @@
+"""The session actions' job handlers: DEBIT_GIFT, AUTHORIZE_PSP, CAPTURE_PSP, CANCEL_GIFT, RELEASE_HOLD.
+
+Each runs in three steps:
+
+1. under the session's lock, check the action still applies and write `attempted_at` before any call
+   (write-ahead: a leg attempted and still pending has an unknown outcome, which an end of the
+   session compensates by the leg's key);
+2. the provider call, outside any transaction, with the idempotency key derived from the leg; a
+   provider that cannot be reached raises, and the job is retried on the outbox schedule with the
+   SAME key (the provider answers a repeat with the first outcome: never a second debit);
+3. the outcome, recorded under the session's lock in the job's own fenced transaction
+   (`ctx.transaction()`): a worker that lost its lease cannot record anything, and the next one
+   repeats the call with the same key.
+
+A success that arrives after the session ended (the expiry or a cancel won the race) is recorded
+and compensated at once: the loser's effects are undone, exactly once (one job per leg and action,
+one key per provider operation).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from paymanager.application.sessions import lifecycle
+from paymanager.application.sessions.context import Sessions
+from paymanager.application.sessions.outbox import (
+    AUTHORIZE_PSP,
+    CANCEL_GIFT,
+    CAPTURE_PSP,
+    DEBIT_GIFT,
+    RELEASE_HOLD,
+)
+from paymanager.application.sessions.ports import (
+    CardAcquirer,
+    Declined,
+    GiftCardProvider,
+    Outcome,
+    leg_key,
+)
+from paymanager.application.sessions.store import Leg, Session, SessionStore
+from paymanager.db.pool import Conn
+from paymanager.domain.sessions import LegKind, LegStatus, SessionStatus, leg_transition
+from paymanager.jobs import JobContext, PermanentError
+from paymanager.logging import get_logger
+
+log = get_logger("paymanager.sessions")
+
+Handler = Callable[[JobContext], Awaitable[None]]
+# The key of a leg's first operation, which its compensation and capture name as well.
+DEBIT_OP, AUTHORIZE_OP = "debit", "authorize"
+
+
+@dataclass(frozen=True, slots=True)
+class _Locked:
+    session: Session
+    legs: list[Leg]
+    leg: Leg
+
+    def replaced(self, leg: Leg) -> list[Leg]:
+        return [leg if other.id == leg.id else other for other in self.legs]
+
+
+def _leg_id(ctx: JobContext) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(ctx.payload["leg_id"]))
+    except (KeyError, ValueError) as exc:
+        raise PermanentError(f"job {ctx.id} has no valid leg_id") from exc
+
+
+async def _lock(conn: Conn, leg_id: uuid.UUID) -> _Locked:
+    store = SessionStore(conn)
+    session = await store.lock_of_leg(leg_id=leg_id)
+    if session is None:
+        raise PermanentError(f"checkout session leg {leg_id} does not exist")
+    legs = await store.legs(session_id=session.id)
+    return _Locked(session, legs, next(leg for leg in legs if leg.id == leg_id))
+
+
+async def _prepare(
+    sessions: Sessions, leg_id: uuid.UUID, applies: Callable[[_Locked], bool]
+) -> _Locked | None:
+    """Step 1: the locked session and leg when the action still applies (attempted_at written)."""
+    async with sessions.payments.pool.acquire() as conn, conn.transaction():
+        locked = await _lock(conn, leg_id)
+        if not applies(locked):
+            return None
+        await SessionStore(conn).mark_attempted(leg_id=leg_id, now=sessions.payments.clock())
+        return locked
+
+
+async def _set_leg(sessions: Sessions, conn: Conn, leg: Leg, target: LegStatus, **fields: str | None) -> Leg:
+    leg_transition(leg.kind, leg.status, target)
+    changed = await SessionStore(conn).set_leg_status(
+        leg_id=leg.id, status=target, from_status=leg.status, now=sessions.payments.clock(),
+        provider_ref=fields.get("provider_ref"), reason=fields.get("reason"),
+    )  # fmt: skip
+    assert changed is not None, "legs change under their session's lock"
+    return changed
+
+
+async def _record_first_step(sessions: Sessions, conn: Conn, locked: _Locked, outcome: Outcome) -> None:
+    """Step 3 of a debit or an authorisation: the leg moves, then the session."""
+    leg = locked.leg
+    if leg.status is not LegStatus.PENDING:
+        return  # a compensation ended it first; the provider refused or undid this call by its key
+    if isinstance(outcome, Declined):
+        failed = await _set_leg(
+            sessions, conn, leg, LegStatus.FAILED, reason=f"{outcome.code}: {outcome.message}"
+        )
+        if locked.session.status is SessionStatus.PROCESSING:
+            await lifecycle.end(
+                sessions, conn, locked.session, locked.replaced(failed), SessionStatus.FAILED,
+                reason=f"the {leg.kind.value} leg was declined: {outcome.code}",
+            )  # fmt: skip
+        return
+    success = LegStatus.CAPTURED if leg.kind is LegKind.GIFT_CARD else LegStatus.AUTHORIZED
+    done = await _set_leg(sessions, conn, leg, success, provider_ref=outcome.reference)
+    if locked.session.status is SessionStatus.PROCESSING:
+        await lifecycle.advance(sessions, conn, locked.session, locked.replaced(done))
+    else:
+        log.info(
+            "leg succeeded after its session ended; compensating",
+            session_id=str(locked.session.id), leg_id=str(leg.id), status=locked.session.status.value,
+        )  # fmt: skip
+        await lifecycle.compensate_late(sessions, conn, done)
+
+
+def _first_step_applies(locked: _Locked) -> bool:
+    return locked.leg.status is LegStatus.PENDING and locked.session.status is SessionStatus.PROCESSING
+
+
+def debit_gift_handler(sessions: Sessions, provider: GiftCardProvider) -> Handler:
+    async def handle(ctx: JobContext) -> None:
+        leg_id = _leg_id(ctx)
+        locked = await _prepare(sessions, leg_id, _first_step_applies)
+        if locked is None:
+            return
+        outcome = await provider.debit(
+            card=locked.leg.instrument, amount=locked.leg.amount, currency=locked.session.currency,
+            idempotency_key=leg_key(leg_id, DEBIT_OP),
+        )  # fmt: skip
+        async with ctx.transaction() as conn:
+            await _record_first_step(sessions, conn, await _lock(conn, leg_id), outcome)
+
+    return handle
+
+
+def authorize_psp_handler(sessions: Sessions, acquirer: CardAcquirer) -> Handler:
+    async def handle(ctx: JobContext) -> None:
+        leg_id = _leg_id(ctx)
+        locked = await _prepare(sessions, leg_id, _first_step_applies)
+        if locked is None:
+            return
+        outcome = await acquirer.authorize(
+            token=locked.leg.instrument, amount=locked.leg.amount, currency=locked.session.currency,
+            idempotency_key=leg_key(leg_id, AUTHORIZE_OP),
+        )  # fmt: skip
+        async with ctx.transaction() as conn:
+            await _record_first_step(sessions, conn, await _lock(conn, leg_id), outcome)
+
+    return handle
+
+
+def capture_psp_handler(sessions: Sessions, acquirer: CardAcquirer) -> Handler:
+    def applies(locked: _Locked) -> bool:
+        return locked.leg.status is LegStatus.AUTHORIZED and locked.session.status is SessionStatus.COMPLETED
+
+    async def handle(ctx: JobContext) -> None:
+        leg_id = _leg_id(ctx)
+        locked = await _prepare(sessions, leg_id, applies)
+        if locked is None:
+            return
+        outcome = await acquirer.capture(
+            authorization_key=leg_key(leg_id, AUTHORIZE_OP), amount=locked.leg.amount
+        )
+        if isinstance(outcome, Declined):
+            # The hold is gone at the acquirer (expired, released by hand): a person must look.
+            raise PermanentError(f"the acquirer refused the capture of leg {leg_id}: {outcome.code}")
+        async with ctx.transaction() as conn:
+            now = await _lock(conn, leg_id)
+            if applies(now):
+                await _set_leg(sessions, conn, now.leg, LegStatus.CAPTURED, provider_ref=outcome.reference)
+
+    return handle
+
+
+def _undo_applies(moved: LegStatus) -> Callable[[_Locked], bool]:
+    """A compensation applies to a leg that moved money, or was attempted with an unknown outcome."""
+
+    def applies(locked: _Locked) -> bool:
+        leg = locked.leg
+        unknown = leg.status is LegStatus.PENDING and leg.attempted_at is not None
+        return leg.status is moved or unknown
+
+    return applies
+
+
+async def _record_undo(
+    sessions: Sessions,
+    ctx: JobContext,
+    leg_id: uuid.UUID,
+    outcome: Outcome,
+    target: LegStatus,
+    moved: LegStatus,
+) -> None:
+    if isinstance(outcome, Declined):
+        raise PermanentError(f"the provider refused the compensation of leg {leg_id}: {outcome.code}")
+    async with ctx.transaction() as conn:
+        now = await _lock(conn, leg_id)
+        if _undo_applies(moved)(now):
+            await _set_leg(sessions, conn, now.leg, target, provider_ref=outcome.reference)
+
+
+def cancel_gift_handler(sessions: Sessions, provider: GiftCardProvider) -> Handler:
+    applies = _undo_applies(LegStatus.CAPTURED)
+
+    async def handle(ctx: JobContext) -> None:
+        leg_id = _leg_id(ctx)
+        locked = await _prepare(sessions, leg_id, applies)
+        if locked is None:
+            return
+        outcome = await provider.cancel(card=locked.leg.instrument, idempotency_key=leg_key(leg_id, DEBIT_OP))
+        await _record_undo(sessions, ctx, leg_id, outcome, LegStatus.CANCELLED, LegStatus.CAPTURED)
+
+    return handle
+
+
+def release_hold_handler(sessions: Sessions, acquirer: CardAcquirer) -> Handler:
+    applies = _undo_applies(LegStatus.AUTHORIZED)
+
+    async def handle(ctx: JobContext) -> None:
+        leg_id = _leg_id(ctx)
+        locked = await _prepare(sessions, leg_id, applies)
+        if locked is None:
+            return
+        outcome = await acquirer.release(authorization_key=leg_key(leg_id, AUTHORIZE_OP))
+        await _record_undo(sessions, ctx, leg_id, outcome, LegStatus.RELEASED, LegStatus.AUTHORIZED)
+
+    return handle
+
+
+def action_handlers(sessions: Sessions) -> dict[str, Handler]:
+    """Every action's handler, by job kind; the providers must be present."""
+    gift, card = sessions.gift_cards, sessions.cards
+    assert gift is not None, "session actions need the gift-card provider"
+    assert card is not None, "session actions need the card acquirer"
+    return {
+        DEBIT_GIFT: debit_gift_handler(sessions, gift),
+        AUTHORIZE_PSP: authorize_psp_handler(sessions, card),
+        CAPTURE_PSP: capture_psp_handler(sessions, card),
+        CANCEL_GIFT: cancel_gift_handler(sessions, gift),
+        RELEASE_HOLD: release_hold_handler(sessions, card),
+    }

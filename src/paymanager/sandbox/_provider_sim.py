@@ -1,0 +1,138 @@
+"""What the session providers' sandboxes share: fault injection, submission counters, serving.
+
+Faults are set through the admin route `POST /_sandbox/faults` (any subset of the fields of
+`Faults`) and read back with `GET`; counters per card or authorisation through
+`GET /_sandbox/counters`; `POST /_sandbox/reset` forgets everything. The faults are the ones real
+rails show (docs: research/psp-dialects.md): slow answers with a spread, a 5xx before anything was
+done (safe to retry with the same key), a decline, and the ambiguous one: accepted, then no answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+# Bounds of the admin settings, so a typo cannot hang a sandbox for a day.
+LATENCY_MS_MAX = 60_000
+HANG_MS_MAX = 300_000
+
+
+@dataclass
+class Faults:
+    latency_ms: int = 0
+    # A uniform extra in [0, latency_jitter_ms]: a distribution, not a constant.
+    latency_jitter_ms: int = 0
+    # The share of money-moving requests answered 503 before anything is done.
+    error_rate: float = 0.0
+    # The next N money-moving requests answer 503 before anything is done (deterministic).
+    fail_next: int = 0
+    # Debits / authorisations of these cards answer 503 before anything is done, until changed.
+    fail_cards: list[str] = field(default_factory=list)
+    # Every debit / authorisation is declined, or only those of these cards.
+    decline: bool = False
+    decline_cards: list[str] = field(default_factory=list)
+    # The share of requests applied and then left without an answer for hang_ms (the client times out).
+    accept_then_timeout_rate: float = 0.0
+    # The next N requests are applied and then left without an answer (deterministic).
+    accept_then_timeout_next: int = 0
+    hang_ms: int = 30_000
+
+    def update(self, changes: dict[str, Any]) -> None:
+        for name, value in changes.items():
+            if name not in self.__dataclass_fields__:
+                raise ValueError(f"unknown fault {name!r}")
+            setattr(self, name, value)
+        if not 0 <= self.latency_ms <= LATENCY_MS_MAX or not 0 <= self.latency_jitter_ms <= LATENCY_MS_MAX:
+            raise ValueError(f"latency must be within [0, {LATENCY_MS_MAX}] ms")
+        if not 0 <= self.hang_ms <= HANG_MS_MAX:
+            raise ValueError(f"hang_ms must be within [0, {HANG_MS_MAX}]")
+        if not 0 <= self.error_rate <= 1 or not 0 <= self.accept_then_timeout_rate <= 1:
+            raise ValueError("rates must be within [0, 1]")
+
+
+class ProviderSim:
+    """Faults and counters of one sandbox, and the admin routes that set and read them."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self.faults = Faults()
+        self.counters: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._rng = rng or random.Random()
+
+    def count(self, key: str, counter: str) -> None:
+        self.counters[key][counter] += 1
+
+    async def delay(self) -> None:
+        faults = self.faults
+        extra = self._rng.randint(0, faults.latency_jitter_ms) if faults.latency_jitter_ms else 0
+        if faults.latency_ms or extra:
+            await asyncio.sleep((faults.latency_ms + extra) / 1000)
+
+    def should_fail(self, card: str | None = None) -> bool:
+        """A 5xx before anything is done: a card of `fail_cards`, one `fail_next`, or `error_rate`."""
+        if card is not None and card in self.faults.fail_cards:
+            return True
+        if self.faults.fail_next > 0:
+            self.faults.fail_next -= 1
+            return True
+        return self.faults.error_rate > 0 and self._rng.random() < self.faults.error_rate
+
+    def declines(self, card: str) -> bool:
+        return self.faults.decline or card in self.faults.decline_cards
+
+    async def answer_or_hang(self, response: JSONResponse) -> JSONResponse:
+        """After the effect is applied: the answer, or (a fault) none within the client's patience."""
+        hang = self.faults.accept_then_timeout_next > 0
+        if hang:
+            self.faults.accept_then_timeout_next -= 1
+        elif self.faults.accept_then_timeout_rate > 0:
+            hang = self._rng.random() < self.faults.accept_then_timeout_rate
+        if hang:
+            await asyncio.sleep(self.faults.hang_ms / 1000)
+        return response
+
+    def reset(self) -> None:
+        self.faults = Faults()
+        self.counters.clear()
+
+    def install_admin(self, app: FastAPI, reset_state: Any) -> None:
+        @app.get("/_sandbox/faults")
+        async def get_faults() -> dict[str, Any]:
+            return asdict(self.faults)
+
+        @app.post("/_sandbox/faults")
+        async def set_faults(request: Request) -> JSONResponse:
+            changes = await request.json()
+            try:
+                if not isinstance(changes, dict):
+                    raise ValueError("the body must be a JSON object of faults")
+                self.faults.update(changes)
+            except (ValueError, TypeError) as exc:
+                return JSONResponse({"error": "bad_faults", "message": str(exc)}, status_code=400)
+            return JSONResponse(asdict(self.faults))
+
+        @app.get("/_sandbox/counters")
+        async def get_counters() -> dict[str, dict[str, int]]:
+            return {key: dict(values) for key, values in self.counters.items()}
+
+        @app.post("/_sandbox/reset")
+        async def reset() -> dict[str, str]:
+            self.reset()
+            reset_state()
+            return {"status": "reset"}
+
+
+def unavailable() -> JSONResponse:
+    return JSONResponse({"error": "unavailable", "message": "injected fault"}, status_code=503)
+
+
+def serve(app: FastAPI, host: str, port: int) -> None:
+    """Serve a sandbox until interrupted (the `paymanager sandbox ...` commands)."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
