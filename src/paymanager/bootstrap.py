@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 from paymanager.adapters.redis_events import RedisPublisher
 from paymanager.adapters.secret_box import SecretBox
 from paymanager.application.accounts.use_cases import seed_system_accounts
+from paymanager.application.admin.gauges import register_gauges
 from paymanager.application.context import Payments
 from paymanager.application.intents.backpressure import apply_default_max_depth
 from paymanager.application.intents.confirm import OUTBOX_QUEUE, SETTLE_KIND
@@ -40,6 +41,7 @@ from paymanager.db.database import Database
 from paymanager.domain.channels import DEFAULT_CHANNELS, ChannelRegistry
 from paymanager.jobs import (
     OUTBOX_SCHEDULE,
+    DeadJob,
     MaintenanceOptions,
     PeriodicJob,
     Registry,
@@ -50,6 +52,7 @@ from paymanager.jobs import (
 from paymanager.jobs.maintenance import Maintenance
 from paymanager.ledger import LedgerUnavailableError, PostgresLedger
 from paymanager.logging import get_logger
+from paymanager.metrics import QUERY_GAUGES
 from paymanager.roles import Role
 
 log = get_logger("paymanager.bootstrap")
@@ -125,6 +128,7 @@ async def build(
         )
     # Register PSP drivers: this build ships none yet; the step keeps its place in the order.
     hub = IntentEventHub(database) if Role.API in settings.worker_roles else None
+    register_gauges(QUERY_GAUGES)
     services = _role_services(settings, database, payments, hub, process_id)
     return Components(settings, database, process_id, ledger, redis, payments, hub, services)
 
@@ -246,7 +250,17 @@ def job_worker(settings: Settings, database: Database, payments: Payments, proce
         # One sweep at a time per process; the periodic schedule makes it one per slot cluster-wide.
         registry.register(SWEEP_KIND, invoice_sweep_handler(payments), queue=INVOICE_QUEUE, max_attempts=3)
         queues[INVOICE_QUEUE] = 1
-    return Worker(database.pool, database, registry, queues, worker_options(settings, process_id))
+    options = worker_options(settings, process_id)
+    return Worker(database.pool, database, registry, queues, options, on_dead=log_dead_job)
+
+
+async def log_dead_job(job: DeadJob) -> None:
+    """The engine's on-dead hook: one line at error level per dead job, for the alerting on logs."""
+    error = (job.error or {}).get("error") if isinstance(job.error, dict) else None
+    log.error(
+        "job dead", job_id=job.id, kind=job.kind, queue=job.queue, attempts=job.attempt,
+        last_error=str(error)[:500] if error is not None else None,
+    )  # fmt: skip
 
 
 def worker_options(settings: Settings, process_id: str) -> WorkerOptions:
@@ -287,4 +301,4 @@ def maintenance(settings: Settings, database: Database) -> Maintenance:
             ),
         ),
     )
-    return Maintenance(database.pool, database, options)
+    return Maintenance(database.pool, database, options, on_dead=log_dead_job)

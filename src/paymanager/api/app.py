@@ -7,10 +7,12 @@ from typing import Any
 import asyncpg
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi_offline import FastAPIOffline
 
 from paymanager import __version__
+from paymanager import metrics as prometheus
 from paymanager.api.errors import error_response, install_error_handlers
+from paymanager.api.http_metrics import HttpMetricsMiddleware
 from paymanager.api.payments import install_payments_api
 from paymanager.bootstrap import Components
 from paymanager.db import migrations
@@ -23,7 +25,12 @@ HMAC signature (see *Authentication* below).
 
 def create_app(components: Components) -> FastAPI:
     """The app of one process's components; the payments routes need its api role (the event hub)."""
-    app = FastAPI(title="paymanager", version=__version__, description=API_DESCRIPTION)
+    # Swagger UI and ReDoc from the assets fastapi-offline ships in its wheel: the docs work with no
+    # internet (FastAPI's own pages load them from a CDN).
+    app: FastAPI = FastAPIOffline(
+        title="paymanager", version=__version__, description=API_DESCRIPTION, static_url="/docs-assets"
+    )
+    app.add_middleware(HttpMetricsMiddleware)
     app.state.components = components
     install_error_handlers(app)
 
@@ -58,8 +65,15 @@ def create_app(components: Components) -> FastAPI:
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=Response)
     async def metrics() -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        body = await prometheus.render(
+            components.database.pool, components.settings.metrics_query_interval_ms
+        )
+        return Response(body, media_type=prometheus.CONTENT_TYPE_LATEST)
 
     if components.event_hub is not None:
         install_payments_api(app, components.payments, components.event_hub)
+        # Imported here: the dashboard's templates load only where the api role runs.
+        from paymanager.api.dashboard import install_dashboard
+
+        install_dashboard(app, components)
     return app

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from paymanager.api import routes_accounts, routes_channels, routes_intents, routes_policies
+from paymanager.api import routes_accounts, routes_admin, routes_channels, routes_intents, routes_policies
 from paymanager.api.auth import ServiceCache
 from paymanager.api.body_limit import BodyLimitMiddleware
 from paymanager.api.outage import DatabaseOutage
@@ -113,3 +113,5 @@ def install_payments_api(app: FastAPI, payments: Payments, hub: IntentEventHub) 
         routes_channels.router,
     ):
         app.include_router(router, responses=ERROR_RESPONSES)
+    for router in routes_admin.admin_routers():
+        app.include_router(router, prefix="/admin", responses=ERROR_RESPONSES)
