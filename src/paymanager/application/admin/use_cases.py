@@ -32,6 +32,7 @@ from paymanager.application.services import use_cases as services
 from paymanager.application.services.use_cases import SECRET_BYTES, ServiceIdentity
 from paymanager.db.pool import Conn, Pool
 from paymanager.jobs import JobState, admin
+from paymanager.jobs.options import QUEUE_PATTERN
 
 Via = Literal["api", "dashboard", "cli"]
 AUDIT_LIMIT_MAX = 500
@@ -132,6 +133,8 @@ class UnknownQueueError(ValueError):
 
 
 async def _known_queue(conn: Conn, queue: str) -> QueueView:
+    if not QUEUE_PATTERN.match(queue):
+        raise ValueError(f"queue {queue!r} must match {QUEUE_PATTERN.pattern}")
     views = await queues(conn)
     for view in views:
         if view.name == queue:
