@@ -47,6 +47,7 @@ def create_app(components: Components) -> FastAPI:
         if request.url.path.startswith(HTML_PAGES):
             response.headers["Content-Security-Policy"] = PAGES_POLICY
         return response
+
     app.state.components = components
     install_error_handlers(app)
 
