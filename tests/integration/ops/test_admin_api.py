@@ -103,3 +103,15 @@ async def test_services_are_created_rotated_and_disabled_with_audit(api: Api) ->
     assert all(rotated.json()["secret"] not in (r["before"] or "") + (r["after"] or "") for r in rows)
     missing = await api.admin.post("/admin/services/svc_nope/disable")
     assert missing.status_code == 404
+
+
+async def test_the_openapi_lists_the_admin_routes_errors_and_the_idempotency_key(api: Api) -> None:
+    schema = (await api.http.get("/openapi.json")).json()
+    retry = schema["paths"]["/admin/jobs/{job_id}/retry"]["post"]
+    assert {"400", "401", "403", "404", "409", "413", "422", "429", "503"} <= set(retry["responses"])
+    assert retry["responses"]["403"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorOut")
+    assert any(p["name"] == "Idempotency-Key" and p["required"] for p in retry["parameters"])
+    intents = schema["paths"]["/intents"]["post"]
+    assert any(p["name"] == "Idempotency-Key" for p in intents["parameters"])
+    assert "get" in schema["paths"]["/admin/queues"]
+    assert not any(path.startswith("/dashboard") for path in schema["paths"])

@@ -182,6 +182,6 @@ async def test_docs_and_redoc_render_with_the_network_blocked(
     assert "paymanager" in await page.locator(".swagger-ui .info .title").inner_text()
     await page.screenshot(path=shot(tmp_path, "docs"))
     await page.goto(f"{site.url}/redoc")
-    await page.wait_for_selector("[role=navigation], .menu-content", timeout=20_000)
+    await page.wait_for_selector("h1:has-text('paymanager')", state="attached", timeout=60_000)
     await page.screenshot(path=shot(tmp_path, "redoc"))
     assert site.external == []
