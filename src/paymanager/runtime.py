@@ -139,8 +139,14 @@ class Runtime:
     async def listen_if_api(self, components: Components) -> None:
         if Role.API not in self.roles:
             if self.settings.metrics_port:
-                self._metrics = MetricsServer(components)
-                await self._metrics.start(self.settings.host, self.settings.metrics_port)
+                metrics_server = MetricsServer(components)
+                try:
+                    await metrics_server.start(self.settings.host, self.settings.metrics_port)
+                    self._metrics = metrics_server
+                except OSError as exc:
+                    # Another process of this host holds the port (two workers on one machine
+                    # outside containers): the work matters more than its metrics.
+                    log.warning("metrics not served", port=self.settings.metrics_port, error=str(exc))
             log.info(
                 "started in headless mode",
                 roles=describe(self.roles),
