@@ -4,13 +4,22 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_WORKERS ?= 4
 
-.PHONY: run test lint typecheck unit migrate clean docs bench-driver chaos mutate cluster test-tigerbeetle
+.PHONY: run test lint typecheck unit migrate clean docs bench-driver chaos mutate cluster test-tigerbeetle chromium
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(MAKE) --no-print-directory chromium
 	touch $@
+
+## chromium: Debian's browser for the dashboard's Playwright tests (Playwright's own download is not
+## reachable); installed non-interactively when absent and apt-get can (root), else a note.
+chromium:
+	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && (DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+	      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ; } \
+	  || echo "note: /usr/bin/chromium is missing; the browser tests need it (apt-get install chromium)"
 
 $(BIN)/.installed-bench: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
@@ -21,7 +30,7 @@ run: $(BIN)/.installed
 	WORKER_ROLES=$${WORKER_ROLES:-all} $(BIN)/paymanager run --migrate --demo
 
 ## test: lint, type check and the whole suite on both cores.
-test: lint typecheck
+test: lint typecheck chromium
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
 
 lint: $(BIN)/.installed

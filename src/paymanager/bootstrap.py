@@ -31,6 +31,7 @@ from paymanager.adapters.redis_events import RedisPublisher
 from paymanager.adapters.secret_box import SecretBox
 from paymanager.adapters.webhook_http import HttpxSender
 from paymanager.application.accounts.use_cases import seed_system_accounts
+from paymanager.application.admin.gauges import register_gauges
 from paymanager.application.context import Payments
 from paymanager.application.intents.backpressure import apply_default_max_depth
 from paymanager.application.intents.confirm import OUTBOX_QUEUE, SETTLE_KIND
@@ -73,6 +74,7 @@ from paymanager.db.database import Database
 from paymanager.domain.channels import DEFAULT_CHANNELS, ChannelRegistry
 from paymanager.jobs import (
     OUTBOX_SCHEDULE,
+    DeadJob,
     MaintenanceOptions,
     PeriodicJob,
     Registry,
@@ -86,6 +88,7 @@ from paymanager.jobs import (
 from paymanager.jobs.maintenance import Maintenance
 from paymanager.ledger import Ledger, LedgerUnavailableError, PostgresLedger, open_ledger
 from paymanager.logging import get_logger
+from paymanager.metrics import QUERY_GAUGES
 from paymanager.rate_text import parse_rate_limit
 from paymanager.roles import Role
 
@@ -193,6 +196,7 @@ async def build(
         payments, guard, sender, EndpointSlots(settings.webhook_endpoint_concurrency),
         Schedule(settings.webhook_retry_schedule_ms),
     )  # fmt: skip
+    register_gauges(QUERY_GAUGES)
     sessions = await _step("register session providers", _sessions(settings, payments))
     services = _role_services(settings, database, payments, hub, process_id, drivers, deliverer, sessions)
     return Components(
@@ -404,7 +408,7 @@ def psp_worker(
         heartbeat_interval_ms=min(settings.job_heartbeat_interval_ms, lease_sec * 1000 // 3),
         poll_interval_ms=settings.psp_poll_interval_ms,
     )
-    return Worker(database.pool, database, registry, queues, options)
+    return Worker(database.pool, database, registry, queues, options, on_dead=log_dead_job)
 
 
 def job_worker(
@@ -455,7 +459,17 @@ def job_worker(
         queues[INVOICE_QUEUE] = 1
     if sessions is not None:
         _register_sessions(registry, queues, settings, sessions)
-    return Worker(database.pool, database, registry, queues, worker_options(settings, process_id))
+    options = worker_options(settings, process_id)
+    return Worker(database.pool, database, registry, queues, options, on_dead=log_dead_job)
+
+
+async def log_dead_job(job: DeadJob) -> None:
+    """The engine's on-dead hook: one line at error level per dead job, for the alerting on logs."""
+    error = (job.error or {}).get("error") if isinstance(job.error, dict) else None
+    log.error(
+        "job dead", job_id=job.id, kind=job.kind, queue=job.queue, attempts=job.attempt,
+        last_error=str(error)[:500] if error is not None else None,
+    )  # fmt: skip
 
 
 def _register_sessions(
@@ -515,4 +529,4 @@ def maintenance(settings: Settings, database: Database) -> Maintenance:
             ),
         ),
     )
-    return Maintenance(database.pool, database, options)
+    return Maintenance(database.pool, database, options, on_dead=log_dead_job)

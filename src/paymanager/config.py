@@ -43,6 +43,28 @@ class Settings(BaseSettings):
     )
     port: int = Field(default=8080, ge=1, le=65535, description="HTTP port of the api role.")
     host: str = Field(default="0.0.0.0", description="Interface the api role listens on.")
+    metrics_port: int = Field(
+        default=9100,
+        ge=0,
+        le=65535,
+        description="Port of /metrics and /livez on a process without the api role (the api serves them "
+        "on PORT); 0: none.",
+    )
+    metrics_query_interval_ms: int = Field(
+        default=15_000,
+        ge=0,
+        le=3_600_000,
+        description="The query gauges (jobs by state, intents by status) are computed at most once per "
+        "this interval for the whole cluster; scrapes in between read the stored values.",
+    )
+    dashboard_session_key: SecretStr | None = Field(
+        default=None,
+        description="Key that signs dashboard session cookies (any long random string, the same on every "
+        "api process). Unset: derived from PSP_CONFIG_KEK.",
+    )
+    dashboard_session_ttl_sec: int = Field(
+        default=8 * 3600, ge=60, le=7 * 86_400, description="How long a dashboard login lasts."
+    )
     shutdown_timeout_ms: int = Field(
         default=25_000,
         ge=100,

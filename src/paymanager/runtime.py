@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from paymanager import __version__
+from paymanager import __version__, metrics
 from paymanager.bootstrap import Components, Service, StartupError, build
 from paymanager.config import Settings
 from paymanager.db import migrations
@@ -112,6 +112,7 @@ class Runtime:
         self._stop = asyncio.Event()
         self._http: Any = None
         self._http_task: asyncio.Task[None] | None = None
+        self._metrics: MetricsServer | None = None
 
     # --- the start-up steps, in order ---------------------------------------------------------
 
@@ -145,7 +146,20 @@ class Runtime:
 
     async def listen_if_api(self, components: Components) -> None:
         if Role.API not in self.roles:
-            log.info("started in headless mode", roles=describe(self.roles))
+            if self.settings.metrics_port:
+                metrics_server = MetricsServer(components)
+                try:
+                    await metrics_server.start(self.settings.host, self.settings.metrics_port)
+                    self._metrics = metrics_server
+                except OSError as exc:
+                    # Another process of this host holds the port (two workers on one machine
+                    # outside containers): the work matters more than its metrics.
+                    log.warning("metrics not served", port=self.settings.metrics_port, error=str(exc))
+            log.info(
+                "started in headless mode",
+                roles=describe(self.roles),
+                metrics_port=self.settings.metrics_port,
+            )
             return
         # Imported here: a headless process never loads the HTTP stack.
         import uvicorn
@@ -221,6 +235,8 @@ class Runtime:
             self._http.should_exit = True
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._http_task, timeout=max(0.1, deadline - time.monotonic()))
+        if self._metrics is not None:
+            await self._metrics.stop()
         # Services stop in reverse start order; the process heartbeat (first started) stops last.
         for service in reversed(self.services):
             remaining = max(0.1, deadline - time.monotonic())
@@ -291,3 +307,59 @@ class _EmbeddedServer:
                 yield
 
         return Server(config)
+
+
+class MetricsServer:
+    """`/metrics` and `/livez` of a process without the api role, on METRICS_PORT.
+
+    A few lines of asyncio rather than uvicorn (a headless process does not load the HTTP stack) or
+    prometheus_client's own server (it answers from a thread, which cannot await the pool that the
+    query gauges read). `/livez` answers from the event loop alone: an outage of PostgreSQL must
+    not make every worker look dead (readiness is the exec probe's `paymanager health`)."""
+
+    REQUEST_BYTES_MAX = 8192
+
+    def __init__(self, components: Components) -> None:
+        self._components = components
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._serve, host, port)
+        log.info("metrics listening", url=f"http://{host}:{port}/metrics")
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=1)
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+            parts = head.split(b"\r\n", 1)[0].split()
+            method, path = (parts[0], parts[1].split(b"?")[0]) if len(parts) >= 2 else (b"", b"")
+            if method not in (b"GET", b"HEAD"):
+                status, body, kind = "405 Method Not Allowed", b"GET only\n", "text/plain"
+            elif path == b"/livez":
+                status, body, kind = "200 OK", b'{"status":"ok"}', "application/json"
+            elif path == b"/metrics":
+                settings = self._components.settings
+                body = await metrics.render(
+                    self._components.database.pool, settings.metrics_query_interval_ms
+                )
+                status, kind = "200 OK", metrics.CONTENT_TYPE_LATEST
+            else:
+                status, body, kind = "404 Not Found", b"/metrics or /livez\n", "text/plain"
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+                + (body if method != b"HEAD" else b"")
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

@@ -46,6 +46,8 @@ def paymanager_env(database_url: str, **extra: str) -> dict[str, str]:
         # Small pools: a CI run starts many processes at once on one server (max_connections 100).
         DB_POOL_MIN_SIZE="1",
         DB_POOL_MAX_SIZE="6",
+        # Many headless processes share this host in a test run: no metrics port unless a test asks.
+        METRICS_PORT="0",
     )
     env.update(extra)
     return env

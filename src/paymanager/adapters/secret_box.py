@@ -29,6 +29,8 @@ _DEVELOPMENT_KEK = hashlib.sha256(
 ).digest()
 
 T = TypeVar("T")
+# The development key's warning is written once per process, however many boxes are built.
+_warned_development_key = False
 
 
 class Secret(Generic[T]):
@@ -91,10 +93,14 @@ class SecretBox:
         self._keys = {key_id_of(key): AESGCM(key) for key in (*previous, current)}
 
     @classmethod
-    def from_config(cls, kek: str | None, previous: str | None = None) -> SecretBox:
+    def from_config(cls, kek: str | None, previous: str | None = None, *, warn: bool = True) -> SecretBox:
+        """`warn=False` (CLI commands): no warning about the development key; a server warns once."""
+        global _warned_development_key
         current, older = parse_keks(kek, previous)
         if current is None:
-            log.warning("PSP_CONFIG_KEK is unset: secrets are sealed with the public development key")
+            if warn and not _warned_development_key:
+                _warned_development_key = True
+                log.warning("PSP_CONFIG_KEK is unset: secrets are sealed with the public development key")
             current = _DEVELOPMENT_KEK
         return cls(current, older)
 

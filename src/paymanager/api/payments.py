@@ -8,6 +8,7 @@ from fastapi import FastAPI
 
 from paymanager.api import (
     routes_accounts,
+    routes_admin,
     routes_channels,
     routes_intents,
     routes_policies,
@@ -128,6 +129,8 @@ def install_payments_api(app: FastAPI, payments: Payments, hub: IntentEventHub) 
         routes_webhooks.router,
     ):
         app.include_router(router, responses=ERROR_RESPONSES)
+    for router in routes_admin.admin_routers():
+        app.include_router(router, prefix="/admin", responses=ERROR_RESPONSES)
 
 
 def install_sessions_api(app: FastAPI, sessions: Sessions) -> None:

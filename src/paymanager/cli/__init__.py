@@ -107,7 +107,9 @@ def _migrate(settings: Settings) -> list[str]:
 
     async def apply() -> list[str]:
         # A dedicated connection: the migration lock is a session advisory lock.
-        async with opened(settings, application_name="paymanager:migrate", max_size=1) as database:
+        async with opened(
+            settings, application_name="paymanager:migrate", max_size=1, create_embedded=True
+        ) as database:
             conn = await database.connect()
             try:
                 applied = await migrations.migrate(conn)

@@ -89,7 +89,7 @@ async def register_services(conn: Conn, kek: str | None) -> tuple[tuple[str, str
     from paymanager.adapters.secret_box import SecretBox
     from paymanager.application.services.use_cases import create_service
 
-    box = SecretBox.from_config(kek)
+    box = SecretBox.from_config(kek, warn=False)
     suffix = uuid.uuid4().hex[:6]
     admin, admin_secret = await create_service(conn, box, f"demo-admin-{suffix}", admin=True)
     shop, shop_secret = await create_service(conn, box, f"demo-wallet-{suffix}", admin=False)

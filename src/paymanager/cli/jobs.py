@@ -4,6 +4,7 @@ obliterate, pause/resume, limits, prune, stats."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
@@ -11,6 +12,7 @@ from typing import Annotated, Any, TypeVar
 import orjson
 import typer
 
+from paymanager.application.admin import use_cases as ops
 from paymanager.jobs import JobState, Retention, admin
 
 T = TypeVar("T")
@@ -43,6 +45,12 @@ def _with_conn(action: Callable[[Any], Awaitable[T]]) -> T:
         raise typer.Exit(2) from None
 
 
+def _asdict(value: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(value)
+
+
 def _echo_json(value: Any) -> None:
     typer.echo(orjson.dumps(value, default=str, option=orjson.OPT_INDENT_2).decode())
 
@@ -53,20 +61,39 @@ def list_jobs(
     queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
     kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
     before_id: Annotated[int | None, typer.Option(help="Page: jobs older than this id.")] = None,
+    intent: Annotated[str | None, typer.Option(help="Only the jobs of this intent (its id).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=admin.LIST_LIMIT_MAX)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines, one job each.")] = False,
 ) -> None:
-    """List jobs, newest first."""
-    rows = _with_conn(
-        lambda c: admin.list_jobs(c, state=state, queue=queue, kind=kind, before_id=before_id, limit=limit)
-    )
-    for row in rows:
-        error = (row["last_error"] or {}).get("error", "")
-        typer.echo(
-            f"{row['id']:>10}  {row['state']:<16} {row['queue']:<12} {row['kind']:<24} "
-            f"attempt {row['attempt']}/{row['max_attempts'] or '-'}  {str(error)[:60]}"
-        )
+    """List jobs, newest first, with a header: `paymanager jobs ls --state dead --queue outbox`."""
+    intent_id = _intent_id(intent) if intent is not None else None
+    where = ops.JobFilter(state=state, queue=queue, kind=kind, intent_id=intent_id, before_id=before_id)
+    rows = _with_conn(lambda c: ops.list_jobs(c, where, limit=limit))
+    if as_json:
+        for row in rows:
+            typer.echo(orjson.dumps(row, default=str).decode())
+        return
     if not rows:
         typer.echo("no jobs")
+        return
+    header = f"{'ID':>10}  {'STATE':<16} {'QUEUE':<14} {'KIND':<24} {'ATTEMPT':<8} {'RUN AT (UTC)':<19}"
+    typer.echo(f"{header}  LAST ERROR")
+    for row in rows:
+        error = (row["last_error"] or {}).get("error", "")  # type: ignore[attr-defined]
+        run_at = row["run_at"].strftime("%Y-%m-%d %H:%M:%S") if row["run_at"] else "-"  # type: ignore[attr-defined]
+        attempt = f"{row['attempt']}/{row['max_attempts'] or '-'}"
+        typer.echo(
+            f"{row['id']:>10}  {row['state']:<16} {row['queue']:<14} {row['kind']:<24} {attempt:<8} "
+            f"{run_at:<19}  {str(error)[:60]}"
+        )
+
+
+def _intent_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        typer.echo(f"error: --intent {text!r} is not an intent id (a UUID)", err=True)
+        raise typer.Exit(2) from None
 
 
 @jobs_app.command()
@@ -82,7 +109,7 @@ def show(job_id: int) -> None:
 @jobs_app.command()
 def retry(job_id: int) -> None:
     """Run a dead, cancelled, retryable or scheduled job now."""
-    if not _with_conn(lambda c: admin.retry_job(c, job_id)):
+    if not _with_conn(lambda c: ops.retry_job(c, ops.Actor.cli(), job_id)):
         typer.echo(f"job {job_id} is not dead, cancelled, retryable or scheduled", err=True)
         raise typer.Exit(1)
     typer.echo(f"job {job_id} is available")
@@ -97,23 +124,24 @@ def replay(
     since: Annotated[datetime | None, typer.Option(help="Dead since (ISO time).")] = None,
     until: Annotated[datetime | None, typer.Option(help="Dead before (ISO time).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=admin.REPLAY_LIMIT_MAX)] = 1_000,
+    replay_all: Annotated[bool, typer.Option("--all", help="Replay every dead job (no filter).")] = False,
 ) -> None:
-    """Replay dead jobs: one by id, or all that match every filter given."""
+    """Replay dead jobs: one by id, or all that match every filter given (`--all` for every one)."""
     if job_id is not None:
         retry(job_id)
         return
-    ids = _with_conn(
-        lambda c: admin.replay_dead(
-            c, kind=kind, queue=queue, error_contains=error, since=since, until=until, limit=limit
-        )
-    )
+    where = ops.ReplayFilter(kind=kind, queue=queue, error_contains=error, since=since, until=until)
+    if where.empty and not replay_all:
+        typer.echo("error: give a filter (--kind, --queue, --error, --since, --until) or --all", err=True)
+        raise typer.Exit(2)
+    ids = _with_conn(lambda c: ops.replay_dead(c, ops.Actor.cli(), where, replay_all=replay_all, limit=limit))
     typer.echo(f"replayed {len(ids)} dead job(s)")
 
 
 @jobs_app.command()
 def cancel(job_id: int) -> None:
     """Cancel a job; a running one is asked to stop through its context."""
-    result = _with_conn(lambda c: admin.cancel_job(c, job_id))
+    result = _with_conn(lambda c: ops.cancel_job(c, ops.Actor.cli(), job_id))
     if result is None:
         typer.echo(f"job {job_id} is finished or does not exist", err=True)
         raise typer.Exit(1)
@@ -198,21 +226,21 @@ def obliterate(
 @jobs_app.command()
 def pause(queue: str) -> None:
     """Stop claiming jobs of a queue (running jobs finish)."""
-    _with_conn(lambda c: admin.pause_queue(c, queue))
+    _with_conn(lambda c: ops.pause_queue(c, ops.Actor.cli(), queue))
     typer.echo(f"queue {queue} paused")
 
 
 @jobs_app.command()
 def resume(queue: str) -> None:
     """Resume claiming jobs of a paused queue."""
-    _with_conn(lambda c: admin.resume_queue(c, queue))
+    _with_conn(lambda c: ops.resume_queue(c, ops.Actor.cli(), queue))
     typer.echo(f"queue {queue} resumed")
 
 
 @jobs_app.command("max-depth")
 def max_depth(queue: str, depth: Annotated[int, typer.Argument(help="0 removes the limit.", min=0)]) -> None:
     """Refuse enqueues once a queue holds this many unfinished jobs."""
-    _with_conn(lambda c: admin.set_max_depth(c, queue, depth or None))
+    _with_conn(lambda c: ops.set_max_depth(c, ops.Actor.cli(), queue, depth or None))
     typer.echo(f"queue {queue}: max depth {depth or 'unlimited'}")
 
 
@@ -274,8 +302,14 @@ def prune(
 
 
 @jobs_app.command()
-def stats() -> None:
+def stats(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per queue.")] = False,
+) -> None:
     """Job counts per queue and state, and each queue's settings."""
+    if as_json:
+        for view in _with_conn(ops.queues):
+            typer.echo(orjson.dumps({**_asdict(view), "depth": view.depth}).decode())
+        return
     counts = _with_conn(admin.stats)
     queues = {q.name: q for q in _with_conn(admin.list_queues)}
     for queue in sorted(set(counts) | set(queues)):

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
+
+if TYPE_CHECKING:
+    from paymanager.ledger.postgres import Verification
 
 T = TypeVar("T")
 
@@ -153,11 +156,33 @@ def transfers(
 
 @ledger_app.command()
 def verify() -> None:
-    """Check the ledger's invariants; exit 1 when one is violated."""
-    result = _with_ledger(
-        lambda lg: lg.verify(),
-        postgres_only="verify checks the PostgreSQL ledger's tables; TigerBeetle keeps them by itself",
-    )
+    """Check the ledger's invariants; exit 1 when one is violated. The outcome is kept for the
+    `paymanager_ledger_verify_*` gauges (run it from a CronJob to alert on drift)."""
+    from paymanager.application.admin.use_cases import record_verification
+    from paymanager.cli._command import load_settings
+    from paymanager.db.database import opened
+    from paymanager.ledger import PostgresLedger
+
+    settings = load_settings()
+    if settings.ledger_backend != "postgres":
+        typer.echo(
+            "verify checks the PostgreSQL ledger's tables; TigerBeetle keeps them by itself"
+            f" (LEDGER_BACKEND={settings.ledger_backend})",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+    async def run() -> Verification:
+        async with opened(settings, application_name="paymanager:ledger", max_size=1) as database:
+            ledger = PostgresLedger(database.pool)
+            try:
+                outcome = await ledger.verify()
+            finally:
+                await ledger.close()
+            await record_verification(database.pool, ok=outcome.ok, violations=len(outcome.violations))
+            return outcome
+
+    result = asyncio.run(run())
     typer.echo(f"accounts         {result.accounts}")
     typer.echo(f"transfers        {result.transfers}")
     typer.echo(f"debits_pending   {result.debits_pending}")

@@ -17,21 +17,21 @@ def create(
 ) -> None:
     """Register a service and print its id and secret. The secret is shown this once only."""
     from paymanager.adapters.secret_box import SecretBox
+    from paymanager.application.admin.use_cases import Actor, create_service
     from paymanager.application.errors import ServiceNameTakenError
-    from paymanager.application.services.use_cases import create_service
     from paymanager.cli._command import fail, load_settings
     from paymanager.db.database import opened
 
     settings = load_settings()
     kek = settings.psp_config_kek.get_secret_value() if settings.psp_config_kek else None
-    box = SecretBox.from_config(kek)
+    box = SecretBox.from_config(kek, warn=False)
 
     async def run() -> tuple[str, str, list[str]]:
         async with (
             opened(settings, application_name="paymanager:services", max_size=1) as database,
             database.pool.acquire() as conn,
         ):
-            identity, secret = await create_service(conn, box, name, admin=admin)
+            identity, secret = await create_service(conn, box, Actor.cli(), name, admin_scope=admin)
         return identity.id, secret, sorted(identity.scopes)
 
     try:

@@ -66,7 +66,7 @@ def call_command(
     """Sign and send one request; print the status and the response body. Exit 1 on a 4xx/5xx."""
     import httpx
 
-    from paymanager.cli._command import load_settings
+    from paymanager.cli._command import fail, load_settings
 
     if not service_id or not secret:
         raise typer.BadParameter("set --service-id and --secret (or PAYMANAGER_SERVICE_ID/_SECRET)")
@@ -77,11 +77,21 @@ def call_command(
         headers["Content-Type"] = "application/json"
     if method.upper() == "POST":
         headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
-    response = httpx.request(
-        method.upper(), base.rstrip("/") + path, content=payload, headers=headers, timeout=30
-    )
-    typer.echo(f"{response.status_code} {response.reason_phrase}", err=True)
-    typer.echo(response.text)
+    # An event stream (`/intents/{id}/events`) is printed as it arrives and may be quiet for long.
+    streaming = path.split("?")[0].endswith("/events")
+    timeout = httpx.Timeout(30, read=None if streaming else 30)
+    try:
+        with httpx.stream(
+            method.upper(), base.rstrip("/") + path, content=payload, headers=headers, timeout=timeout
+        ) as response:
+            typer.echo(f"{response.status_code} {response.reason_phrase}", err=True)
+            for chunk in response.iter_text():
+                typer.echo(chunk, nl=False)
+            typer.echo("")
+    except httpx.ConnectError as exc:
+        fail(f"error: cannot connect to {base}: {exc} (is `paymanager run` with the api role up?)")
+    except httpx.HTTPError as exc:
+        fail(f"error: {method.upper()} {path}: {exc.__class__.__name__}: {exc}")
     raise typer.Exit(0 if response.status_code < 400 else 1)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -82,22 +83,39 @@ def listener_of(source: Database | str) -> Listener:
     return Listener(lambda: connect(source, application_name="paymanager:listen"))
 
 
-def database_url(settings: Settings) -> str:
-    """`DATABASE_URL`, or the embedded PostgreSQL of the default set-up."""
+class NoDatabaseError(ValueError):
+    """A command found neither DATABASE_URL nor an embedded database where it looked."""
+
+
+def database_url(settings: Settings, *, create_embedded: bool = True) -> str:
+    """`DATABASE_URL`, or the embedded PostgreSQL of the default set-up. `create_embedded=False`
+    refuses, naming the directory, when there is no embedded database there yet: a command run in
+    another directory must not quietly create an empty database and report on it."""
     if settings.database_url is not None:
         return settings.database_url.get_secret_value()
     from paymanager.db.embedded import start_embedded
 
+    data_dir = Path(settings.embedded_pg_dir).resolve()
+    if not create_embedded and not data_dir.exists():
+        raise NoDatabaseError(
+            f"DATABASE_URL is unset and there is no embedded database in {data_dir}: run the command "
+            "where `paymanager run` keeps its data, or set EMBEDDED_PG_DIR or DATABASE_URL"
+        )
     return start_embedded(settings.embedded_pg_dir)
 
 
 async def open_database(
-    settings: Settings, *, application_name: str, min_size: int | None = None, max_size: int | None = None
+    settings: Settings,
+    *,
+    application_name: str,
+    min_size: int | None = None,
+    max_size: int | None = None,
+    create_embedded: bool = True,
 ) -> Database:
     """The Database of `settings` (the pool sized by them unless given): what the runtime and every
     CLI command open."""
     return await Database.open(
-        database_url(settings),
+        database_url(settings, create_embedded=create_embedded),
         min_size=settings.db_pool_min_size if min_size is None else min_size,
         max_size=settings.db_pool_max_size if max_size is None else max_size,
         statement_timeout_ms=settings.db_statement_timeout_ms,
@@ -106,9 +124,15 @@ async def open_database(
 
 
 @contextlib.asynccontextmanager
-async def opened(settings: Settings, *, application_name: str, max_size: int = 2) -> AsyncIterator[Database]:
-    """A small Database for one command, closed on the way out."""
-    database = await open_database(settings, application_name=application_name, min_size=1, max_size=max_size)
+async def opened(
+    settings: Settings, *, application_name: str, max_size: int = 2, create_embedded: bool = False
+) -> AsyncIterator[Database]:
+    """A small Database for one command, closed on the way out. Only `paymanager migrate` creates an
+    embedded database (`create_embedded`); other commands refuse where there is none."""
+    database = await open_database(
+        settings, application_name=application_name, min_size=1, max_size=max_size,
+        create_embedded=create_embedded,
+    )  # fmt: skip
     try:
         yield database
     finally:

@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 
+from paymanager.jobs import metrics
 from paymanager.jobs._outcomes import Completion, Failure
 from paymanager.jobs._pinned import PinnedConnection
 from paymanager.jobs._store import complete_many, fail_many
@@ -92,6 +93,7 @@ class Completer:
         jobs/batch.py) go out together on the next turn: a NOTIFY is a transaction of its own, whose
         commit flushes the WAL under PostgreSQL's one cluster-wide NOTIFY lock, so one per job
         serialised every NOTIFYing commit of the database behind 25 of them per group."""
+        metrics.COMPLETED.labels(ctx.queue).inc()
         self._completed_events.append(JobEvent("completed", ctx.id, ctx.kind, ctx.queue, ctx.attempt))
         if len(self._completed_events) == 1:
             asyncio.get_running_loop().call_soon(self._publish_completed)
@@ -166,6 +168,9 @@ class Completer:
         self, batch: list[tuple[JobContext, Completion]], done: set[int], events: list[JobEvent]
     ) -> None:
         """Account for completions written (by `_complete` or piggybacked on a claim)."""
+        for ctx, _ in batch:
+            if ctx.id in done:
+                metrics.COMPLETED.labels(ctx.queue).inc()
         if len(done) == len(batch) and not self._events.has_redis:
             return  # The common case: every completion written, the NOTIFY sent by the statement.
         for ctx, _ in batch:
@@ -206,6 +211,7 @@ class Completer:
             if ctx.id not in written:
                 continue
             message = failure.error["error"] if failure.error else None
+            _count_failure(ctx.queue, failure)
             if failure.error is not None:
                 events.append(JobEvent("failed", ctx.id, ctx.kind, ctx.queue, ctx.attempt, error=message))
             events.append(
@@ -222,6 +228,15 @@ class Completer:
         if self._on_dead is None:
             return
         try:
-            await self._on_dead(DeadJob(ctx.id, ctx.kind, ctx.queue, error))
+            await self._on_dead(DeadJob(ctx.id, ctx.kind, ctx.queue, error, ctx.attempt))
         except Exception as exc:  # the hook is the caller's code: it must not stop the completer
             log.error("on-dead hook failed", job_id=ctx.id, error=repr(exc))
+
+
+def _count_failure(queue: str, failure: Failure) -> None:
+    if failure.error is not None:
+        metrics.FAILED.labels(queue).inc()
+    if failure.state is JobState.RETRYABLE:
+        metrics.RETRIED.labels(queue).inc()
+    elif failure.state is JobState.DEAD:
+        metrics.DEAD.labels(queue).inc()

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from paymanager.jobs import metrics
 from paymanager.jobs._completer import Completer
 from paymanager.jobs._leases import Held, Leases
 from paymanager.jobs._limits import LimitedQueues
@@ -62,9 +63,13 @@ class JobExecutor:
 
     async def run(self, ctx: JobContext, held: Held, backoff: JsonObject | None) -> None:
         spec = self._registry.get(ctx.kind)
+        started = time.perf_counter()
         try:
             try:
-                value = await self._call(ctx, spec)
+                try:
+                    value = await self._call(ctx, spec)
+                finally:
+                    metrics.RUN_SECONDS.labels(ctx.queue).observe(time.perf_counter() - started)
             except asyncio.CancelledError:
                 if held.timed_out:
                     raise TimeoutError(f"job {ctx.id} ran past its timeout") from None

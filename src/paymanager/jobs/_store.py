@@ -50,6 +50,9 @@ class Job:
     lease_token: uuid.UUID
     parent_id: int | None
     cancel_requested: bool
+    # Seconds from when the job was due to its claim, by the database's clock (the limited claim
+    # function does not return it: None).
+    waited_s: float | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
@@ -57,7 +60,7 @@ class Job:
         return cls(
             row["id"], row["queue"], row["kind"], row["payload"], row["priority"], row["attempt"],
             row["max_attempts"], row["backoff"], row["timeout_ms"], row["lease_token"], row["parent_id"],
-            row["cancel_requested"],
+            row["cancel_requested"], row.get("waited_s"),
         )  # fmt: skip
 
 
@@ -329,12 +332,16 @@ class JobFilter:
     # A window on finalized_at (replays).
     since: datetime | None = None
     until: datetime | None = None
+    # Jobs whose payload contains this object (`{"intent_id": "..."}`; listings).
+    payload_contains: JsonObject | None = None
 
 
 async def list_jobs(db: Executor, *, where: JobFilter, before_id: int | None, limit: int) -> list[JsonObject]:
     """Jobs newest first (the listing's columns), paginated by id."""
     state = where.state.value if where.state is not None else None
-    rows = await db.fetch(Q["job_list"], state, where.queue, where.kind, before_id, limit)
+    rows = await db.fetch(
+        Q["job_list"], state, where.queue, where.kind, before_id, limit, where.payload_contains
+    )
     return [dict(row) for row in rows]
 
 
@@ -408,6 +415,11 @@ async def count_by_queue_and_state(db: Executor) -> dict[str, dict[str, int]]:
     for row in await db.fetch(Q["job_stats"]):
         result.setdefault(row["queue"], {})[row["state"]] = int(row["n"])
     return result
+
+
+async def oldest_available_age(db: Executor) -> dict[str, float]:
+    """Seconds since the oldest available job of each queue with any was due."""
+    return {row["queue"]: float(row["age_s"]) for row in await db.fetch(Q["job_oldest_available"])}
 
 
 # --- a handler's own statements ----------------------------------------------------------------------

@@ -75,13 +75,14 @@ async def list_jobs(
     kind: str | None = None,
     before_id: int | None = None,
     limit: int = 50,
+    payload_contains: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Jobs newest first; pass the last id seen as `before_id` for the next page."""
+    """Jobs newest first; pass the last id seen as `before_id` for the next page. `payload_contains`
+    keeps the jobs whose payload holds those keys and values (`{"intent_id": ...}`)."""
     if not 1 <= limit <= LIST_LIMIT_MAX:
         raise ValueError(f"limit must be within [1, {LIST_LIMIT_MAX}]")
-    return await store.list_jobs(
-        conn, where=store.JobFilter(state=state, queue=queue, kind=kind), before_id=before_id, limit=limit
-    )
+    where = store.JobFilter(state=state, queue=queue, kind=kind, payload_contains=payload_contains)
+    return await store.list_jobs(conn, where=where, before_id=before_id, limit=limit)
 
 
 async def get_job(conn: Conn, job_id: int) -> dict[str, Any] | None:
@@ -183,6 +184,11 @@ async def list_queues(conn: Conn) -> list[QueueSettings]:
 async def stats(conn: Conn) -> dict[str, dict[str, int]]:
     """Job counts per queue and state."""
     return await store.count_by_queue_and_state(conn)
+
+
+async def oldest_available_age(conn: Conn) -> dict[str, float]:
+    """Per queue with available jobs, seconds since its oldest one was due."""
+    return await store.oldest_available_age(conn)
 
 
 async def prune(

@@ -87,6 +87,8 @@ class DeadJob:
     kind: str
     queue: str
     error: dict[str, Any] | None
+    # The attempts it had (None where the caller does not know them).
+    attempt: int | None = None
 
 
 DeadHook = Callable[[DeadJob], Awaitable[None]]

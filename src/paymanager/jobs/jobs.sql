@@ -170,13 +170,14 @@ WITH done AS (
     -- (a claim of nothing writes nothing to flush), not by a CTE that every claim's plan would run.
     RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.attempt, job.max_attempts,
               job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
-              CASE WHEN $9::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick
+              CASE WHEN $9::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick,
+              extract(epoch FROM now() - job.run_at)::float8 AS waited_s
 )
 SELECT true AS claimed, c.id, c.queue, c.kind, c.payload, c.priority, c.attempt, c.max_attempts,
-       c.backoff, c.timeout_ms, c.lease_token, c.parent_id, c.cancel_requested, c.quick
+       c.backoff, c.timeout_ms, c.lease_token, c.parent_id, c.cancel_requested, c.quick, c.waited_s
   FROM claimed AS c
 UNION ALL
-SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM done AS d
  WHERE (SELECT count(*) FROM notified) >= 0
 
@@ -214,7 +215,9 @@ UPDATE job
  WHERE job.id = ANY (ARRAY(SELECT locked.id FROM locked))
 RETURNING true AS claimed, job.id, job.queue, job.kind, job.payload, job.priority, job.attempt,
           job.max_attempts, job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
-          CASE WHEN $5::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick
+          CASE WHEN $5::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick,
+          -- How long the job waited since it was due (paymanager_job_wait_seconds).
+          extract(epoch FROM now() - job.run_at)::float8 AS waited_s
 
 -- name: job_claim_queue
 -- job_claim for one queue ($1): an idle worker's claim when one queue may have work (a NOTIFY names
@@ -238,7 +241,9 @@ UPDATE job
            FOR UPDATE SKIP LOCKED))
 RETURNING true AS claimed, job.id, job.queue, job.kind, job.payload, job.priority, job.attempt,
           job.max_attempts, job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
-          CASE WHEN $5::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick
+          CASE WHEN $5::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick,
+          -- How long the job waited since it was due (paymanager_job_wait_seconds).
+          extract(epoch FROM now() - job.run_at)::float8 AS waited_s
 
 -- name: job_promote_due
 -- Makes scheduled and retryable jobs whose time has come available (bounded), waking their queues.
@@ -438,6 +443,7 @@ SELECT id, queue, kind, state, priority, attempt, max_attempts, run_at, created_
    AND ($2::text IS NULL OR queue = $2)
    AND ($3::text IS NULL OR kind = $3)
    AND ($4::bigint IS NULL OR id < $4)
+   AND ($6::jsonb IS NULL OR payload @> $6)
  ORDER BY id DESC
  LIMIT $5
 
@@ -582,6 +588,11 @@ SELECT pg_notify('pm_job_available', q), set_config('synchronous_commit', 'off',
 
 -- name: job_stats
 SELECT queue, state, count(*) AS n FROM job GROUP BY queue, state ORDER BY queue, state
+
+-- name: job_oldest_available
+-- Per queue, how long its oldest available job has been due (seconds), by the available jobs' index.
+SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS age_s
+  FROM job WHERE state = 'available' GROUP BY queue ORDER BY queue
 
 -- name: job_periodic_claim_slot
 -- Records that schedule $1's slot $2 is enqueued; no row means another process did it already.

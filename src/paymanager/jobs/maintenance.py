@@ -20,6 +20,7 @@ import asyncpg
 
 from paymanager.db.database import Database, over_pool
 from paymanager.db.pool import Pool
+from paymanager.jobs import metrics
 from paymanager.jobs._store import dedup_prune, finished_queues, leader_try_lock, ping, promote_due, vacuum
 from paymanager.jobs.events import DeadHook, DeadJob, EventPublisher, JobEvent
 from paymanager.jobs.options import MaintenanceOptions
@@ -159,12 +160,16 @@ class Maintenance:
         log.warning("jobs rescued from expired leases", count=len(rows))
         events = [JobEvent("stalled", r.id, r.kind, r.queue, r.attempt) for r in rows]
         dead = [r for r in rows if r.state is JobState.DEAD]
+        for r in rows:
+            metrics.RESCUED.labels(r.queue).inc()
+        for r in dead:
+            metrics.DEAD.labels(r.queue).inc()
         events += [JobEvent("dead", r.id, r.kind, r.queue, r.attempt, error="stalled") for r in dead]
         await self._events.publish(events)
         for row in dead:
             if self._on_dead is not None:
                 try:
-                    await self._on_dead(DeadJob(row.id, row.kind, row.queue, row.last_error))
+                    await self._on_dead(DeadJob(row.id, row.kind, row.queue, row.last_error, row.attempt))
                 except Exception as exc:  # the hook is the caller's code
                     log.error("on-dead hook failed", job_id=row.id, error=repr(exc))
 

@@ -20,6 +20,7 @@ import asyncpg
 
 from paymanager.db.database import Database, over_pool
 from paymanager.db.pool import Pool
+from paymanager.jobs import metrics
 from paymanager.jobs._completer import Completer
 from paymanager.jobs._executor import JobExecutor
 from paymanager.jobs._leases import Held, Leases
@@ -528,6 +529,8 @@ class Worker:
         )
         if job.cancel_requested:
             ctx.cancelled.set()
+        if job.waited_s is not None:
+            metrics.WAIT_SECONDS.labels(job.queue).observe(max(0.0, job.waited_s))
         if self._options.active_events:
             self._announce_active(JobEvent("active", job.id, job.kind, job.queue, job.attempt))
         timeout_ms = job.timeout_ms or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms

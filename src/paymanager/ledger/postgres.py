@@ -27,6 +27,7 @@ import asyncpg
 from paymanager.db.pool import Conn, Pool, create_pool
 from paymanager.db.sql import load_queries
 from paymanager.ledger._batch import PENDING, BatchState, PendingState
+from paymanager.ledger.metrics import count_transfers
 from paymanager.ledger.port import TransactionalLedger, check_history_limit
 from paymanager.ledger.types import (
     BATCH_MAX,
@@ -228,13 +229,16 @@ class PostgresLedger:
         if not transfers:
             return []
         if conn is not None and not savepoint:
-            return await self._once(conn, self._apply_transfers, (transfers, None))
-        if conn is not None or not self._coalesce:
-            return await self._run(conn, self._apply_transfers, (transfers, None))
-        request = _Request(transfers, asyncio.get_running_loop().create_future())
-        self._waiting.append(request)
-        self._start_batches()
-        return await request.results
+            results = await self._once(conn, self._apply_transfers, (transfers, None))
+        elif conn is not None or not self._coalesce:
+            results = await self._run(conn, self._apply_transfers, (transfers, None))
+        else:
+            request = _Request(transfers, asyncio.get_running_loop().create_future())
+            self._waiting.append(request)
+            self._start_batches()
+            results = await request.results
+        count_transfers(results)
+        return results
 
     def _start_batches(self) -> None:
         """Start a batch for the waiting requests while fewer than the limit are in flight.

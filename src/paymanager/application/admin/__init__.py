@@ -1,0 +1,1 @@
+"""Admin operations shared by the admin API, the dashboard and the CLI (every change audited)."""
