@@ -102,7 +102,7 @@ async def start_payout_api(
     async def start(**overrides: object) -> PayoutApi:
         box = SecretBox.from_config(None)
         for name in ("ipps", "qp", "wise"):
-            await set_config(pool, box, name, psp_sandbox.config(name, timeout_ms=500))
+            await set_config(pool, box, name, psp_sandbox.config(name, timeout_ms=2_000))
         values: dict[str, object] = {
             "worker_roles": "api,outbox-worker,psp-worker",
             "psp_poll_interval_ms": 20,

@@ -59,7 +59,7 @@ async def test_in_progress_is_polled_until_the_psp_completes(payouts: PayoutApi)
 
 async def test_accepted_then_timed_out_is_inquired_not_sent_again(payouts: PayoutApi) -> None:
     payer = await payouts.funded_account(100_000)
-    payouts.sandbox.faults(accept_then_timeout_rate=1, hang_ms=2_000)
+    payouts.sandbox.faults(accept_then_timeout_rate=1, hang_ms=5_000)
     intent_id = await payouts.payout(payer, 5_000)
     settled = await payouts.wait_status(intent_id, {"settled", "failed"})
     assert settled["status"] == "settled"
