@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 import asyncpg
+import orjson
 import pytest
 
 from paymanager.application.sessions.notify import SessionNotifier
@@ -54,3 +55,34 @@ async def test_a_second_event_of_one_type_is_not_written(env: Env, pool: asyncpg
         assert row is not None
         assert await SessionNotifier().emit(conn, row, []) is None
     assert await env.events(session["id"]) == ["session.cancelled"]
+
+
+async def test_a_subscribed_webhook_endpoint_gets_one_delivery_per_session_event(
+    env: Env, pool: asyncpg.Pool
+) -> None:
+    # The endpoint row is written directly: registering over the API resolves the URL (the SSRF guard),
+    # which is the webhooks component's own test; here only the announcement is in question.
+    service_id = env.shop.service_id
+    async with pool.acquire() as conn:
+        for endpoint, types in (
+            ("we_" + "a" * 32, ["session.cancelled"]),
+            ("we_" + "b" * 32, ["intent.settled"]),
+        ):
+            await conn.execute(
+                "INSERT INTO webhook_endpoint (id, service_id, url, event_types, secret_ciphertext,"
+                " secret_key_id, created_at, updated_at)"
+                " VALUES ($1, $2, 'https://merchant.test/hook', $3, '\\x00', 'k', now(), now())",
+                endpoint, service_id, types,
+            )  # fmt: skip
+    session = await env.create([("card", "tok_e4", 100)])
+    assert (await env.shop.post(f"/checkout-sessions/{session['id']}/cancel")).status_code == 200
+
+    rows = await pool.fetch(
+        "SELECT d.endpoint_id, e.type, e.body"
+        " FROM webhook_delivery d JOIN webhook_event e ON e.id = d.event_id"
+    )
+    assert [(r["endpoint_id"], r["type"]) for r in rows] == [("we_" + "a" * 32, "session.cancelled")]
+    body = orjson.loads(rows[0]["body"])
+    assert body["data"]["id"] == session["id"]
+    assert body["data"]["status"] == "cancelled"
+    assert await pool.fetchval("SELECT count(*) FROM job WHERE kind = 'webhook.deliver'") == 1

@@ -5,11 +5,10 @@ change itself, so the notice commits or rolls back with it. It writes a `checkou
 (once per session and type: the table's unique key) and then hands the event to each `delivery`
 given at construction, on the same connection.
 
-The seam for webhook delivery: this build delivers nothing by itself; the merchant-webhooks
-component passes its enqueue function as a delivery in `bootstrap`, e.g.
-`SessionNotifier(deliveries=[webhooks.enqueue_session_event])`, and its job then signs and posts
-the event's payload with retries, dead letters and a delivery log. Until then the rows are the
-record of what the merchant is to be told.
+Merchant webhooks: the row's insert is announced by a trigger (migration 0801) to the service's
+endpoints subscribed to its type, through the same `webhook_enqueue` as intent and refund changes,
+so each session event gets one signed delivery per endpoint with retries and dead letters. The
+`deliveries` hook stays for in-process consumers of the event.
 """
 
 from __future__ import annotations

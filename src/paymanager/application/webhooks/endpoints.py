@@ -20,10 +20,11 @@ from paymanager.jobs import enqueue
 SECRET_BYTES = 24
 ENDPOINTS_PER_SERVICE_MAX = 50
 LIST_LIMIT_MAX = 200
-# Event types a subscription may name ('*' is every type); a later release adds session types.
+# Event types a subscription may name ('*' is every type).
 EVENT_TYPES = frozenset(
     {f"intent.{s}" for s in ("created", "confirmed", "settled", "failed", "cancelled", "expired")}
     | {f"refund.{s}" for s in ("pending", "succeeded", "failed")}
+    | {f"session.{s}" for s in ("completed", "failed", "expired", "cancelled")}
     | {"*"}
 )
 ENDPOINT_ID = re.compile(r"^we_[0-9a-f]{32}$")
