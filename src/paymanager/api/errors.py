@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import asyncpg
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -225,6 +226,17 @@ def install_error_handlers(app: FastAPI) -> None:
                 503, "database_unavailable", "the database cannot be reached; send the request again",
                 headers={"Retry-After": str(RETRY_AFTER_SEC)},
             )  # fmt: skip
+
+    @app.exception_handler(asyncpg.DataError)
+    async def _data_error(request: Request, exc: asyncpg.DataError) -> JSONResponse:
+        # SQLSTATE class 22 (a NUL byte in text, a number past its column's range, ...): a value the
+        # client sent that the route's own validation let through. Answered 422, logged as a gap to
+        # close in that route's schema; the transaction rolled back, so nothing was written.
+        log.warning("value refused by the database", path=request.url.path, sqlstate=exc.sqlstate)
+        return error_response(
+            422, "invalid_value", "a value in the request cannot be stored or compared",
+            {"reason": type(exc).__name__},
+        )  # fmt: skip
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

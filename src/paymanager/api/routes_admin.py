@@ -293,7 +293,7 @@ async def audit(
     request: Request,
     target: str | None = Query(None, max_length=500),
     action: str | None = Query(None, max_length=100),
-    before_id: int | None = Query(None, ge=1),
+    before_id: int | None = Query(None, ge=1, le=JOB_ID_MAX),
     limit: int = Query(100, ge=1, le=admin.AUDIT_LIMIT_MAX),
     _: ServiceIdentity = Security(require_admin),
 ) -> dict[str, Any]:

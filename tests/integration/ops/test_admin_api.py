@@ -64,6 +64,17 @@ async def test_a_replay_without_a_filter_is_refused_unless_all(api: Api) -> None
     assert replayed.json()["replayed"] == [job_id]
 
 
+async def test_values_the_database_cannot_take_are_a_422_that_changes_nothing(api: Api) -> None:
+    job_id = await _dead_job(api)
+    past_bigint = await api.admin.get(f"/admin/audit?before_id={2**80}")
+    assert past_bigint.status_code == 422, past_bigint.text
+    # A NUL byte passes the schema (a string) but no PostgreSQL text column takes it.
+    nul = await api.admin.post("/admin/jobs/replay", {"kind": "ops.\u0000test"})
+    assert nul.status_code == 422, nul.text
+    assert nul.json()["error"]["code"] == "invalid_value"
+    assert await api.payments.pool.fetchval("SELECT state FROM job WHERE id = $1", job_id) == "dead"
+
+
 async def test_jobs_are_listed_by_intent(api: Api) -> None:
     intent = uuid.uuid4()
     mine = await _dead_job(api, intent)
