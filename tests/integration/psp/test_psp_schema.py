@@ -7,6 +7,7 @@ import uuid
 import asyncpg
 import pytest
 
+from paymanager.application.ids import new_id
 from paymanager.domain.psp import PspState, can_transition
 
 SERVICE = "svc_" + "0" * 32
@@ -66,7 +67,7 @@ async def _an_intent(conn: asyncpg.Connection) -> uuid.UUID:
             "INSERT INTO account (id, kind, currency, owner_service_id) VALUES ($1, 'user', 'THB', $2)",
             account, SERVICE,
         )  # fmt: skip
-    intent_id = uuid.uuid4()
+    intent_id = new_id()  # UUIDv7: intents are partitioned by the time their id carries
     await conn.execute(
         "INSERT INTO intent (id, service_id, channel, status, amount, fee, currency, payer_account_id,"
         " payee_account_id, created_at, updated_at)"
