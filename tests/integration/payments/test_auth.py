@@ -151,12 +151,18 @@ async def test_every_post_route_refuses_a_replayed_signature(api: Api) -> None:
         "/intents/quote": {"channel": "internal-p2p", "amount": 100, "currency": "THB"},
         "/intents": {"channel": "internal-p2p", "amount": 100, "currency": "THB"},
         "/policies": {"channel": "internal-p2p", "max_amount": 10},
+        "/webhook-endpoints": {"url": "http://127.0.0.1:9/hook", "event_types": ["*"]},
+        "/intents/{intent_id}/refunds": {"amount": 1},
     }
     spec = (await api.http.get("/openapi.json")).json()
     posts = [path for path, operations in spec["paths"].items() if "post" in operations]
     assert len(posts) >= 6
     for path in posts:
-        concrete = path.replace("{intent_id}", "00000000-0000-7000-8000-000000000000")
+        concrete = (
+            path.replace("{intent_id}", "00000000-0000-7000-8000-000000000000")
+            .replace("{endpoint_id}", "we_" + "0" * 32)
+            .replace("{delivery_id}", "whd_" + "0" * 32)
+        )
         body = orjson.dumps(bodies.get(path)) if path in bodies else b""
         headers = api.admin.headers_for("POST", concrete, body) | {"Idempotency-Key": f"replay-{path}"}
         if body:
