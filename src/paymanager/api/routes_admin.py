@@ -22,7 +22,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from paymanager.api.auth import require_admin
-from paymanager.api.errors import ApiError
+from paymanager.api.errors import ApiError, error_body
 from paymanager.api.idempotent import run_idempotent
 from paymanager.application.admin import use_cases as admin
 from paymanager.application.admin.store import IntentFilter
@@ -63,6 +63,12 @@ def refused(exc: ValueError) -> ApiError:
     return ApiError(422, "invalid_request", str(exc))
 
 
+def _refused_reply(exc: ApiError) -> tuple[int, Any]:
+    """A refusal as the work's answer, so the unit of work stores it with the signature and the key
+    (a replayed request is refused as `replayed`, a retried key gets the same answer)."""
+    return exc.status, error_body(exc.code, exc.message, exc.details)
+
+
 def _queue_view(view: admin.QueueView) -> dict[str, Any]:
     return {
         "name": view.name, "paused": view.paused, "max_depth": view.max_depth, "rate_limit": view.rate_limit,
@@ -85,7 +91,7 @@ async def _queue_action(request: Request, caller: ServiceIdentity, action: Any) 
         try:
             view = await action(conn, _actor(caller))
         except ValueError as exc:
-            raise refused(exc) from None
+            return _refused_reply(refused(exc))
         return 200, _queue_view(view)
 
     return await run_idempotent(request, caller, work)
@@ -161,7 +167,7 @@ async def retry_job(
     async def work(conn: Conn, _: events.Pending) -> tuple[int, Any]:
         if not await admin.retry_job(conn, _actor(caller), job_id):
             message = f"job {job_id} does not exist or is not dead, cancelled, retryable or scheduled"
-            raise ApiError(409, "job_not_retryable", message)
+            return _refused_reply(ApiError(409, "job_not_retryable", message))
         return 200, {"id": job_id, "state": "available"}
 
     return await run_idempotent(request, caller, work)
@@ -176,7 +182,9 @@ async def cancel_job(
     async def work(conn: Conn, _: events.Pending) -> tuple[int, Any]:
         result = await admin.cancel_job(conn, _actor(caller), job_id)
         if result is None:
-            raise ApiError(409, "job_finished", f"job {job_id} is finished or does not exist")
+            return _refused_reply(
+                ApiError(409, "job_finished", f"job {job_id} is finished or does not exist")
+            )
         return 200, {"id": job_id, "outcome": result.outcome}
 
     return await run_idempotent(request, caller, work)
@@ -202,7 +210,7 @@ async def replay_jobs(
         try:
             ids = await admin.replay_dead(conn, _actor(caller), where, replay_all=body.all, limit=body.limit)
         except ValueError as exc:
-            raise refused(exc) from None
+            return _refused_reply(refused(exc))
         return 200, {"replayed": ids, "count": len(ids)}
 
     return await run_idempotent(request, caller, work)
@@ -265,7 +273,7 @@ async def disable_service(
 ) -> Response:
     async def work(conn: Conn, _: events.Pending) -> tuple[int, Any]:
         if not await admin.disable_service(conn, _actor(caller), service_id):
-            raise ApiError(404, "service_not_found", f"no service {service_id}")
+            return _refused_reply(ApiError(404, "service_not_found", f"no service {service_id}"))
         return 200, {"id": service_id, "disabled": True}
 
     return await run_idempotent(request, caller, work)
@@ -282,7 +290,7 @@ async def rotate_secret(
     async def work(conn: Conn, _: events.Pending) -> tuple[int, Any]:
         secret = await admin.rotate_secret(conn, box, _actor(caller), service_id)
         if secret is None:
-            raise ApiError(404, "service_not_found", f"no service {service_id}")
+            return _refused_reply(ApiError(404, "service_not_found", f"no service {service_id}"))
         return 200, {"id": service_id, "secret": secret}
 
     return await run_idempotent(request, caller, work)
