@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
+from paymanager.application.idempotency.keys import key_id
 from tests.integration.webhooks.conftest import Hooks, start_hooks, stop_hooks
 
 
@@ -23,8 +24,10 @@ async def test_the_secret_is_shown_once(hooks: Hooks) -> None:
     assert [e["id"] for e in listed.json()["data"]] == [first.json()["id"]]
     assert all(e.get("secret") is None for e in listed.json()["data"])
     stored = await hooks.pool.fetchval(
-        "SELECT response_body::text FROM idempotency_key WHERE key = 'create-once'"
+        "SELECT response_body::text FROM idempotency_key WHERE id = $1",
+        key_id(hooks.shop.service_id, "create-once"),
     )
+    assert stored is not None
     assert first.json()["secret"] not in stored
 
 
