@@ -36,7 +36,7 @@ __all__ = ["Runtime", "Service", "StartupError", "process_id"]
 
 log = get_logger("paymanager.runtime")
 
-# The roles whose services this build runs; any other role (session-cleanup) starts nothing.
+# The roles whose services this build runs; a role outside it starts nothing and says so.
 ROLES_WITH_WORK = frozenset({Role.OUTBOX_WORKER, Role.PSP_WORKER, Role.INVOICE_EXPIRY, Role.SESSION_CLEANUP})
 
 # How long past its share of SHUTDOWN_TIMEOUT_MS a service's stop may run before it is abandoned.
