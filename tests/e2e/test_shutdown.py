@@ -81,6 +81,9 @@ async def test_sigterm_stops_claiming_before_the_maintenance_duty_in_progress_en
     probe = await connect(database_url)
     try:
         worker.wait_for_line("job maintenance leader elected")
+        # The storage upkeep's VACUUM may be the lock's first waiter, during start-up: the signal
+        # handlers are installed only once the process says it started.
+        worker.wait_for_line("started in headless mode")
         await wait_for_lock_waiters(probe)  # the leader's VACUUM waits on the lock
         worker.proc.send_signal(signal.SIGTERM)
         worker.wait_for_line("shutdown requested", timeout_s=5)
