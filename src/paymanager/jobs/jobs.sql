@@ -420,8 +420,10 @@ WITH RECURSIVE queues AS (
 SELECT queue FROM queues WHERE queue IS NOT NULL
 
 -- name: job_prune_older
--- Deletes up to $4 jobs of queue $1 in states $2 finished before $3.
-WITH doomed AS (
+-- Deletes up to $4 jobs of queue $1 in states $2 finished before $3. The rows are picked without a
+-- lock, as job_prune_beyond_count picks them: a row lock is a WAL record of its own for each pruned
+-- job, and the DELETE re-checks the state of a row changed meanwhile (an admin's retry) anyway.
+WITH doomed AS MATERIALIZED (
     SELECT id FROM job
      WHERE queue = $1 AND state = ANY($2::job_state[]) AND finalized_at < $3
        AND state IN ('completed', 'dead', 'cancelled')
@@ -429,7 +431,6 @@ WITH doomed AS (
             SELECT 1 FROM job AS p WHERE p.id = job.parent_id
                AND p.state NOT IN ('completed', 'dead', 'cancelled')))
      LIMIT $4
-       FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM job USING doomed
      WHERE job.id = doomed.id AND job.state = ANY($2::job_state[]) RETURNING 1
