@@ -17,7 +17,8 @@ The figures of a phase are differences of the server's own counters taken around
   (the bench's own queries, which watch for the empty queue and read the counters, left out);
 - rows inserted, updated (HOT share) and deleted: pg_stat_user_tables;
 - index entries written and WAL by relation: the WAL itself (pg_walinspect) between the phase's
-  start and end, the records whose blocks are in that database; a B-tree INSERT record is one
+  start and end (a temporary replication slot keeps it until read), the records whose blocks are
+  in that database; a B-tree INSERT record is one
   index entry. Commit records are counted with the transactions of those records. Full-page images
   depend on when checkpoints fall, so WAL is shown with and without them;
 - backend CPU: utime + stime of the database's backends (/proc), the one load-dependent figure.
@@ -59,8 +60,9 @@ from paymanager.jobs._queries import Q  # noqa: E402
 
 # What the bench itself runs in the databases it measures; left out of the statement counts.
 OWN_QUERIES = ("pg_stat_statements", "pg_stat_user_tables", "pg_current_wal_lsn", "pg_stat_activity",
-               "pg_relation_filenode", "pg_get_wal_records_info", "EXISTS (SELECT 1 FROM job",
-               "EXISTS (SELECT 1 FROM pgqueuer", "TRUNCATE", "CREATE EXTENSION")  # fmt: skip
+               "pg_relation_filenode", "pg_get_wal_records_info", "replication_slot",
+               "SELECT EXISTS (SELECT $1 FROM job", "SELECT EXISTS (SELECT $1 FROM pgqueuer)", "TRUNCATE",
+               "CREATE EXTENSION", "ALTER TABLE", "txid_current")  # fmt: skip
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -89,6 +91,7 @@ class Cost:
     wal_no_fpi: int = 0
     cpu_s: float = 0
     by_index: dict[str, int] = field(default_factory=dict)
+    by_record: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     by_statement: list[tuple[str, float, float]] = field(default_factory=list)
 
 
@@ -138,8 +141,8 @@ async def wal_records(
         """
         WITH r AS MATERIALIZED (
             SELECT xid, resource_manager AS rm, record_type AS t, record_length AS len, fpi_length AS fpi,
-                   substring(block_ref FROM 'rel [0-9]+/' || $3 || '/([0-9]+)') AS node
-              FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)
+                   substring(block_ref FROM 'rel [0-9]+/' || $3::text || '/([0-9]+)') AS node
+              FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn)
         ), mine AS (
             SELECT * FROM r WHERE node IS NOT NULL
         ), commits AS (
@@ -170,11 +173,22 @@ async def measure_phase(dsn: str, run: Any) -> tuple[Cost, Any]:
     """Run the coroutine function `run` and return what its phase cost the database (and its result)."""
     conn = await asyncpg.connect(dsn)
     try:
+        # A temporary slot keeps the phase's WAL from being recycled by a checkpoint until it is read;
+        # it goes with this session, whatever happens to the bench.
+        slot = f"pm_job_cost_{os.getpid()}"
+        await conn.execute("SELECT pg_create_physical_replication_slot($1, true, true)", slot)
         before = await read_counters(conn)
         before.cpu = await backend_cpu(conn)
         outcome = await run(conn)
         cpu_end: dict[int, float] = outcome.pop("cpu", None) if isinstance(outcome, dict) else None
         after = await read_counters(conn)
+        # A transaction that writes and commits synchronously flushes the WAL up to its commit, and
+        # so every record of the phase (the claims commit without waiting for their flush).
+        await conn.execute("BEGIN; SELECT txid_current(); COMMIT")
+        for _ in range(1_000):
+            if await conn.fetchval("SELECT pg_current_wal_flush_lsn() >= $1::text::pg_lsn", after.lsn):
+                break
+            await asyncio.sleep(0.01)
         cost = Cost()
         for qid, (query, calls, exec_ms, plan_ms, wal, _rows) in after.statements.items():
             prev = before.statements.get(qid, (query, 0.0, 0.0, 0.0, 0.0, 0.0))
@@ -193,6 +207,8 @@ async def measure_phase(dsn: str, run: Any) -> tuple[Cost, Any]:
             cost.hot += hot - b[2]
             cost.dele += dele - b[3]
         by, cost.wal, cost.wal_no_fpi = await wal_records(conn, before.lsn, after.lsn)
+        cost.by_record = by
+        await conn.execute("SELECT pg_drop_replication_slot($1)", slot)
         for key, (n, _bytes, _no_fpi) in by.items():
             if "Btree/INSERT" in key or "Btree/NEWROOT" in key:
                 rel = key.split(" ", 1)[0]
@@ -238,12 +254,23 @@ def drain_phase(engine: str, dsn: str) -> Any:
     return run
 
 
-async def prune_all(conn: asyncpg.Connection) -> dict[str, Any]:
-    """Delete every completed job the way the maintenance's pruner does (bounded batches)."""
-    from paymanager.jobs import Retention, admin
+def prune_phase(dsn: str) -> Any:
+    """Delete every completed job the way the maintenance's pruner does (bounded batches), on a
+    connection of its own: its table counters reach the statistics when it closes."""
 
-    retention = Retention(completed_age_ms=0, completed_count=None)
-    return {"deleted": await admin.prune(conn, retention, batch_max=5_000)}
+    async def run(conn: asyncpg.Connection) -> dict[str, Any]:
+        from paymanager.jobs import Retention, admin
+
+        pruner = await asyncpg.connect(dsn)
+        try:
+            retention = Retention(completed_age_ms=0, completed_count=None)
+            deleted = await admin.prune(pruner, retention, batch_max=5_000)
+        finally:
+            await pruner.close()
+        await stats_settled(conn)
+        return {"deleted": deleted}
+
+    return run
 
 
 async def prepare(dsn: str) -> None:
@@ -263,14 +290,24 @@ def enqueue_phase(engine: str, dsn: str, n: int) -> Any:
     return run
 
 
-def one_round(engine: str, dsn: str, n: int) -> dict[str, Cost]:
+async def set_fillfactor(dsn: str, fillfactor: int) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f"ALTER TABLE job SET (fillfactor = {int(fillfactor)})")
+    finally:
+        await conn.close()
+
+
+def one_round(engine: str, dsn: str, n: int, fillfactor: int | None = None) -> dict[str, Cost]:
     asyncio.run(jb.reset(engine, dsn))
+    if engine == "ours" and fillfactor is not None:
+        asyncio.run(set_fillfactor(dsn, fillfactor))
     costs: dict[str, Cost] = {}
     costs["enqueue"], _ = asyncio.run(measure_phase(dsn, enqueue_phase(engine, dsn, n)))
     costs["process"], outcome = asyncio.run(measure_phase(dsn, drain_phase(engine, dsn)))
     costs["process"].by_statement.append(("(seconds)", 0, outcome["seconds"] * 1000))
     if engine == "ours":
-        costs["prune"], _ = asyncio.run(measure_phase(dsn, prune_all))
+        costs["prune"], _ = asyncio.run(measure_phase(dsn, prune_phase(dsn)))
     return costs
 
 
@@ -479,9 +516,15 @@ def per_job_table(n: int, rounds: dict[str, list[dict[str, Cost]]], top: int) ->
             else f"{engine}: no updates"
         )
         for phase, cost in last.items():
+            print(f"  {engine} {phase}:")
             if cost.by_index:
                 shown = ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(cost.by_index.items()))
-                print(f"  {engine} {phase}: B-tree records per job by index: {shown}")
+                print(f"    B-tree records per job by index: {shown}")
+            records = sorted(cost.by_record.items(), key=lambda kv: -kv[1][1])[:top]
+            for kind, (count, size, no_fpi) in records:
+                print(
+                    f"    WAL {count / n:6.2f} records {size / n:6.0f} B ({no_fpi / n:4.0f} w/o FPI) {kind}"
+                )
             stmts = sorted((s for s in cost.by_statement if s[0] != "(seconds)"), key=lambda s: -s[2])[:top]
             for text, calls, exec_ms in stmts:
                 print(f"    {calls / n:7.3f} calls {exec_ms * 1000 / n:7.1f} us  {text}")
@@ -510,10 +553,11 @@ def bench(args: argparse.Namespace) -> None:
         rounds: dict[str, list[dict[str, Cost]]] = {"ours": [], "pgq": []}
         for r in range(args.rounds):
             for engine in ("ours", "pgq") if r % 2 == 0 else ("pgq", "ours"):
-                rounds[engine].append(one_round(engine, dsns[engine], n))
-        per_job_table(n, rounds, args.top)
+                rounds[engine].append(one_round(engine, dsns[engine], n, args.fillfactor))
+        if args.rounds:
+            per_job_table(n, rounds, args.top)
         if args.floor:
-            pairs = [floor_round(dsns["ours"], n) for _ in range(args.rounds)]
+            pairs = [floor_round(dsns["ours"], n) for _ in range(args.floor_rounds)]
             shown = ", ".join(f"{e:.0f}/{f:.0f} ({e / f:.2f}x)" for e, f in pairs)
             ratio = statistics.median(e / f for e, f in pairs)
             print(
@@ -534,12 +578,14 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of the cost table (0: none)")
     parser.add_argument("--pgq-batch", type=int, default=1000, help="PGQueuer's batch size (its best here)")
     parser.add_argument("--floor", action="store_true", help="also the bare loop of the claim statement")
+    parser.add_argument("--floor-rounds", type=int, default=3, help="engine/floor pairs run")
     parser.add_argument("--profile", type=float, default=0, help="py-spy the worker for this many seconds")
     parser.add_argument("--profile-jobs", type=int, default=200_000, help="jobs queued for the profile")
     parser.add_argument("--top", type=int, default=6)
+    parser.add_argument("--fillfactor", type=int, help="set the job table's fillfactor first (an A/B knob)")
     bench(parser.parse_args())
 
 

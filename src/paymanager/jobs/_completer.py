@@ -93,7 +93,7 @@ class Completer:
         jobs/batch.py) go out together on the next turn: a NOTIFY is a transaction of its own, whose
         commit flushes the WAL under PostgreSQL's one cluster-wide NOTIFY lock, so one per job
         serialised every NOTIFYing commit of the database behind 25 of them per group."""
-        metrics.COMPLETED.labels(ctx.queue).inc()
+        metrics.completed(ctx.queue).inc()
         self._completed_events.append(JobEvent("completed", ctx.id, ctx.kind, ctx.queue, ctx.attempt))
         if len(self._completed_events) == 1:
             asyncio.get_running_loop().call_soon(self._publish_completed)
@@ -170,7 +170,7 @@ class Completer:
         """Account for completions written (by `_complete` or piggybacked on a claim)."""
         for ctx, _ in batch:
             if ctx.id in done:
-                metrics.COMPLETED.labels(ctx.queue).inc()
+                metrics.completed(ctx.queue).inc()
         if len(done) == len(batch) and not self._events.has_redis:
             return  # The common case: every completion written, the NOTIFY sent by the statement.
         for ctx, _ in batch:
@@ -235,8 +235,8 @@ class Completer:
 
 def _count_failure(queue: str, failure: Failure) -> None:
     if failure.error is not None:
-        metrics.FAILED.labels(queue).inc()
+        metrics.failed(queue).inc()
     if failure.state is JobState.RETRYABLE:
-        metrics.RETRIED.labels(queue).inc()
+        metrics.retried(queue).inc()
     elif failure.state is JobState.DEAD:
-        metrics.DEAD.labels(queue).inc()
+        metrics.dead(queue).inc()

@@ -8,7 +8,7 @@ payments) is not written. The version table is paymanager's (`schema_migrations`
 
 from __future__ import annotations
 
-from paymanager.db import migrations
+import paymanager.db.migrations as migrations
 from paymanager.db.pool import Conn
 
 

@@ -1,0 +1,18 @@
+-- The job table's pages keep 70% free for the new row versions of claims and completions.
+--
+-- Every job's row is updated twice (claimed, then completed), and neither update can be HOT: each
+-- changes `state`, which the partial indexes' predicates read. A new version that fits on its own
+-- page is logged smaller (PostgreSQL logs only the bytes that differ from the old version's) and
+-- needs no extra lock record; one that does not fit goes to another page, which costs a heap LOCK
+-- record for the old version, a whole-tuple UPDATE record and a second page dirtied (and, after a
+-- checkpoint, its full-page image). At fillfactor 70 a page of waiting jobs had room for under half
+-- of its jobs' two new versions: 2.3 heap LOCK records per job, one of them for that move. At 30 a
+-- page holds the new versions of all its jobs: 1.05 (the claim's own FOR UPDATE), and 100 fewer WAL
+-- bytes per job processed (docs/BENCHMARKS.md, "PostgreSQL's cost per job").
+--
+-- The price is space for a backlog: a queue of N waiting jobs takes about 2.3 times the heap pages
+-- it took at 70 (about 0.65 kB per waiting job instead of 0.3). The space churns: completed and
+-- pruned versions leave room the next jobs reuse. A deployment that keeps very large backlogs can
+-- set it back (`ALTER TABLE job SET (fillfactor = 70)`); only pages written afterwards follow it.
+-- Additive: a storage parameter, no rewrite; existing pages keep their contents.
+ALTER TABLE job SET (fillfactor = 30);
