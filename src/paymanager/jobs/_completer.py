@@ -7,6 +7,7 @@ Events are published after the write commits; the on-dead hook runs for each job
 from __future__ import annotations
 
 import asyncio
+import collections
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -168,9 +169,10 @@ class Completer:
         self, batch: list[tuple[JobContext, Completion]], done: set[int], events: list[JobEvent]
     ) -> None:
         """Account for completions written (by `_complete` or piggybacked on a claim)."""
-        for ctx, _ in batch:
-            if ctx.id in done:
-                metrics.completed(ctx.queue).inc()
+        # One increment per queue and batch: each takes the series' lock.
+        written = collections.Counter(ctx.queue for ctx, _ in batch if ctx.id in done)
+        for queue, count in written.items():
+            metrics.completed(queue).inc(count)
         if len(done) == len(batch) and not self._events.has_redis:
             return  # The common case: every completion written, the NOTIFY sent by the statement.
         for ctx, _ in batch:
