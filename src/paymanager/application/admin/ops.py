@@ -18,6 +18,7 @@ from paymanager.application.psp import review
 from paymanager.application.psp.store import PspTx
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
+from paymanager.jobs import admin as engine_admin
 from paymanager.ledger.types import Transfer, TransferFlags
 from paymanager.metrics import QueryGauge, QueryGauges, Sample
 
@@ -220,17 +221,12 @@ async def intent_timeline(payments: Payments, conn: Conn, intent_id: uuid.UUID) 
                 )
             )
 
-    for job in await list_jobs(conn, JobFilter(intent_id=intent_id), limit=100):
-        link = f"/dashboard/jobs/{job['id']}"
-        created, finalized = job["created_at"], job.get("finalized_at")
-        assert isinstance(created, datetime)
-        entries.append(TimelineEntry(created, "job", f"job {job['id']} {job['kind']} enqueued", link))
-        if isinstance(finalized, datetime):
-            entries.append(TimelineEntry(finalized, "job", f"job {job['id']} {job['state']}", link))
-
     psp = await conn.fetchrow(Q["timeline_psp_tx"], intent_id)
+    jobs = await list_jobs(conn, JobFilter(intent_id=intent_id), limit=100)
     if psp is not None:
         tx = PspTx.from_row(psp)
+        # The payout's jobs name its PSP transaction, not the intent.
+        jobs += await engine_admin.list_jobs(conn, limit=100, payload_contains={"psp_tx_id": str(tx.id)})
         link = f"/dashboard/psp/{tx.id}"
         entries.append(TimelineEntry(tx.created_at, "psp", f"PSP {tx.psp} transaction {tx.id} created", link))
         detail = f" after {tx.attempts} tries" if tx.attempts else ""
@@ -242,6 +238,13 @@ async def intent_timeline(payments: Payments, conn: Conn, intent_id: uuid.UUID) 
             entries.append(
                 TimelineEntry(tx.resolved_at, "psp", f"resolved by {tx.resolved_by}: {tx.resolution}", link)
             )
+    for job in {int(str(job["id"])): job for job in jobs}.values():
+        link = f"/dashboard/jobs/{job['id']}"
+        created, finalized = job["created_at"], job.get("finalized_at")
+        assert isinstance(created, datetime)
+        entries.append(TimelineEntry(created, "job", f"job {job['id']} {job['kind']} enqueued", link))
+        if isinstance(finalized, datetime):
+            entries.append(TimelineEntry(finalized, "job", f"job {job['id']} {job['state']}", link))
 
     for row in await conn.fetch(Q["timeline_webhooks"], intent_id):
         code = f" (last answer {row['last_status_code']})" if row["last_status_code"] else ""
