@@ -343,6 +343,10 @@ async def test_intents_timeline_psp_review_and_balances_from_the_page(
     await refused_without_login_and_with_a_bad_token(
         browser, site, path, {"outcome": "completed", "text": "BANK-9"}
     )
+    for bad in ("state=NOPE", "psp=Not%20a%20PSP"):
+        refused = await page.request.get(f"{site.url}/dashboard/psp?{bad}")
+        assert refused.status == 422, bad
+        assert "no transactions" in await refused.text()
     await page.click("a:has-text('PSP review')")
     await page.wait_for_selector(f"tr[data-tx='{tx_id}']")
     await page.screenshot(path=shot(tmp_path, "psp-review"), full_page=True)

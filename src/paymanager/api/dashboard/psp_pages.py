@@ -5,6 +5,7 @@ actor and `dashboard` as the channel."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from fastapi import APIRouter, Depends, Request
@@ -25,10 +26,11 @@ from paymanager.application.intents import events
 from paymanager.application.intents.settle import publish
 from paymanager.application.psp import review
 from paymanager.application.psp.store import PspStore
-from paymanager.domain.errors import DomainError
+from paymanager.domain.errors import DomainError, InvalidInputError
 from paymanager.domain.psp import PspState
 
 router = APIRouter(include_in_schema=False)
+PSP_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
 @router.get("/psp")
@@ -42,6 +44,8 @@ async def psp_page(
     rows = []
     error = None
     try:
+        if filters["psp"] is not None and not PSP_NAME.fullmatch(filters["psp"]):
+            raise InvalidInputError(f"a PSP name matches {PSP_NAME.pattern}", {"psp": filters["psp"][:40]})
         async with _payments(request).pool.acquire() as conn:
             rows = await review.list_txs(conn, state=filters["state"], psp=filters["psp"], limit=200)
     except DomainError as exc:
