@@ -396,10 +396,6 @@ def install_dashboard(app: FastAPI, components: Components) -> None:
     )
     app.mount("/dashboard/static", StaticFiles(directory=str(HERE / "static")), name="dashboard-static")
     app.include_router(router)
-    # Imported here: the PSP pages import this module's session helpers.
-    from paymanager.api.dashboard import psp_pages
-
-    app.include_router(psp_pages.router, prefix="/dashboard")
     for extra in DASHBOARD_ROUTERS:
         app.include_router(extra, prefix="/dashboard")
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
 from paymanager.api.dashboard import (
+    DASHBOARD_ROUTERS,
     Session,
     _back,
     _optional,
@@ -30,6 +31,9 @@ from paymanager.domain.errors import DomainError, InvalidInputError
 from paymanager.domain.psp import PspState
 
 router = APIRouter(include_in_schema=False)
+# Mounted under /dashboard by install_dashboard (the api imports this module before it); the links
+# are in NAV.
+DASHBOARD_ROUTERS.append(router)
 PSP_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
@@ -44,8 +48,9 @@ async def psp_page(
     rows = []
     error = None
     try:
-        if filters["psp"] is not None and not PSP_NAME.fullmatch(filters["psp"]):
-            raise InvalidInputError(f"a PSP name matches {PSP_NAME.pattern}", {"psp": filters["psp"][:40]})
+        name = filters["psp"]
+        if name is not None and not PSP_NAME.fullmatch(name):
+            raise InvalidInputError(f"a PSP name matches {PSP_NAME.pattern}", {"psp": name[:40]})
         async with _payments(request).pool.acquire() as conn:
             rows = await review.list_txs(conn, state=filters["state"], psp=filters["psp"], limit=200)
     except DomainError as exc:
