@@ -52,8 +52,15 @@ async def test_an_intents_timeline_has_its_status_ledger_jobs_refunds_and_webhoo
         refund_id = refund.json()["id"]
 
         async def delivered() -> bool:
+            # Both events delivered, and the settle job's completion (written after the settlement's
+            # commit, in the worker's next batch) recorded.
             rows = await hooks.deliveries(endpoint_id)
-            return len(rows) == 2 and all(r["status"] == "succeeded" for r in rows)
+            unfinished = await pool.fetchval(
+                "SELECT count(*) FROM job WHERE kind = 'intent.settle' AND state <> 'completed'"
+                " AND payload @> jsonb_build_object('intent_id', $1::text)",
+                intent_id,
+            )
+            return len(rows) == 2 and all(r["status"] == "succeeded" for r in rows) and unfinished == 0
 
         await wait_until(delivered)
         async with pool.acquire() as conn:

@@ -244,7 +244,9 @@ async def intent_timeline(payments: Payments, conn: Conn, intent_id: uuid.UUID) 
         assert isinstance(created, datetime)
         entries.append(TimelineEntry(created, "job", f"job {job['id']} {job['kind']} enqueued", link))
         if isinstance(finalized, datetime):
-            entries.append(TimelineEntry(finalized, "job", f"job {job['id']} {job['state']}", link))
+            entries.append(
+                TimelineEntry(finalized, "job", f"job {job['id']} {job['kind']} {job['state']}", link)
+            )
 
     for row in await conn.fetch(Q["timeline_webhooks"], intent_id):
         code = f" (last answer {row['last_status_code']})" if row["last_status_code"] else ""
