@@ -377,10 +377,9 @@ async def intent_page(
     async with payments.pool.acquire() as conn:
         found = await admin.search_intents(conn, IntentFilter(intent_id=intent_id), limit=1)
         timeline = await ops.intent_timeline(payments, conn, intent_id)
-        jobs = await admin.list_jobs(conn, admin.JobFilter(intent_id=intent_id), limit=100)
     if not found or timeline is None:
         return _back("/dashboard/intents", f"no intent {intent_id}")
-    return render(request, "intent.html", session, intent=found[0], jobs=jobs, timeline=timeline)
+    return render(request, "intent.html", session, intent=found[0], timeline=timeline)
 
 
 @router.get("/audit")
