@@ -161,9 +161,9 @@ class Maintenance:
         events = [JobEvent("stalled", r.id, r.kind, r.queue, r.attempt) for r in rows]
         dead = [r for r in rows if r.state is JobState.DEAD]
         for r in rows:
-            metrics.rescued(r.queue).inc()
+            metrics.RESCUED.labels(r.queue).inc()
         for r in dead:
-            metrics.dead(r.queue).inc()
+            metrics.DEAD.labels(r.queue).inc()
         events += [JobEvent("dead", r.id, r.kind, r.queue, r.attempt, error="stalled") for r in dead]
         await self._events.publish(events)
         for row in dead:

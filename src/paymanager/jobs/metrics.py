@@ -6,14 +6,9 @@ the sum over the cluster's processes is the number of outcomes in the table."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import TypeVar
+from typing import Any
 
 from prometheus_client import Counter, Histogram
-from prometheus_client.metrics import MetricWrapperBase
-
-M = TypeVar("M", bound=MetricWrapperBase)
 
 # From a quick claim to hours of backlog (seconds).
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600)
@@ -41,22 +36,22 @@ RUN_SECONDS = Histogram(
 )
 
 
-def _per_queue(metric: M) -> Callable[[str], M]:
-    """The series of `metric` for a queue, looked up once per queue: `labels()` takes the metric's
-    lock and builds its key on every call, which a worker did several times per job (a profile of a
-    busy worker: 12% of its time in labels, observe and inc; docs/BENCHMARKS.md)."""
-
-    @functools.cache
-    def series(queue: str) -> M:
-        return metric.labels(queue)
-
-    return series
+# A queue's child of each series, looked up once: `Metric.labels()` validates and hashes the label
+# values on every call, which costs more than the increment itself at a worker's rate of jobs.
+_children: dict[tuple[int, str], Any] = {}
 
 
-completed = _per_queue(COMPLETED)
-failed = _per_queue(FAILED)
-retried = _per_queue(RETRIED)
-dead = _per_queue(DEAD)
-rescued = _per_queue(RESCUED)
-waited = _per_queue(WAIT_SECONDS)
-ran = _per_queue(RUN_SECONDS)
+def _child(metric: Counter | Histogram, queue: str) -> Any:
+    key = (id(metric), queue)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(queue)
+    return child
+
+
+def count(metric: Counter, queue: str, n: int = 1) -> None:
+    _child(metric, queue).inc(n)
+
+
+def observe(metric: Histogram, queue: str, seconds: float) -> None:
+    _child(metric, queue).observe(seconds)
