@@ -122,7 +122,9 @@ WITH inserted AS (
                'e', 'waiting', 'id', n.id, 'k', n.kind, 'q', n.queue))::text)
       FROM (SELECT i.id, i.kind, i.queue, (row_number() OVER () - 1) / 25 AS chunk
               FROM inserted AS i
-             WHERE i.state = 'available'
+             -- Uncorrelated: checked once, so without such a queue the inserted rows are not read.
+             WHERE EXISTS (SELECT 1 FROM job_queue AS q WHERE q.waiting_events)
+               AND i.state = 'available'
                AND i.queue IN (SELECT q.name FROM job_queue AS q WHERE q.waiting_events)) AS n
      GROUP BY n.chunk
 )
@@ -278,7 +280,8 @@ WITH due AS (
                'e', 'waiting', 'id', n.id, 'k', n.kind, 'q', n.queue))::text)
       FROM (SELECT p.id, p.kind, p.queue, (row_number() OVER () - 1) / 25 AS chunk
               FROM promoted AS p
-             WHERE p.queue IN (SELECT q.name FROM job_queue AS q WHERE q.waiting_events)) AS n
+             WHERE EXISTS (SELECT 1 FROM job_queue AS q WHERE q.waiting_events)
+               AND p.queue IN (SELECT q.name FROM job_queue AS q WHERE q.waiting_events)) AS n
      GROUP BY n.chunk
 )
 SELECT q.queue, count(*) AS n, pg_notify('pm_job_available', q.queue)
