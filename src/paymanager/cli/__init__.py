@@ -279,12 +279,16 @@ def _migration_json(row: MigrationStatus) -> dict[str, Any]:
 @app.command()
 def config(
     markdown: Annotated[bool, typer.Option(help="Print the table of every variable instead.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object of NAME: value.")] = False,
 ) -> None:
     """Print the effective configuration, secrets masked."""
     if markdown:
         typer.echo(settings_markdown_table())
         return
     settings = load_settings()
+    if as_json:
+        typer.echo(json.dumps(settings.public_view(), default=str))
+        return
     width = max(len(name) for name in settings.public_view())
     for name, value in settings.public_view().items():
         typer.echo(f"{name.ljust(width)}  {value}")
