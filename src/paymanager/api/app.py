@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 
-from paymanager import __version__
+from paymanager import __version__, tracing
 from paymanager import metrics as prometheus
 from paymanager.api.errors import error_response, install_error_handlers
 from paymanager.api.http_metrics import HttpMetricsMiddleware
@@ -44,6 +44,11 @@ def create_app(components: Components) -> FastAPI:
     )
     _serve_redoc(app)
     app.add_middleware(HttpMetricsMiddleware)
+    if tracing.enabled():
+        # Imported here: with tracing off the request path has no tracing code at all.
+        from paymanager.api.http_tracing import HttpTracingMiddleware
+
+        app.add_middleware(HttpTracingMiddleware)  # outermost: the access log line is inside the span
 
     @app.middleware("http")
     async def local_assets_only(request: Request, call_next: Any) -> Response:

@@ -39,12 +39,18 @@ def run(
     ] = False,
 ) -> None:
     """Start paymanager with the roles of WORKER_ROLES."""
+    from paymanager import tracing
     from paymanager.bootstrap import Components
     from paymanager.logging import configure_logging, get_logger
     from paymanager.roles import describe
     from paymanager.runtime import Runtime, StartupError, process_id
 
     settings = load_settings()
+    try:
+        # Before the logs: their processor chain includes the trace ids when tracing is on.
+        tracing.configure(settings)
+    except tracing.TracingUnavailableError as exc:
+        fail(f"error: {exc}", EXIT_CONFIG)
     # The demo draws a progress display: keep routine log lines out of it unless LOG_LEVEL asks.
     level = "warning" if demo and "LOG_LEVEL" not in os.environ else settings.log_level
     configure_logging(level, settings.log_format, process=process_id(), roles=describe(settings.worker_roles))
@@ -73,6 +79,8 @@ def run(
         raise typer.Exit(EXIT_CONFIG if isinstance(exc.__cause__, ChangedMigrationError) else 1) from None
     except KeyboardInterrupt:
         pass
+    finally:
+        tracing.shutdown()  # exports the spans still buffered
 
 
 def _serve_sandbox_psps(settings: Settings) -> None:

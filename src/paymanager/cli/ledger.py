@@ -137,8 +137,8 @@ def balance(
 ) -> None:
     """Posted, pending and available balance of one account.
 
-    Examples: `paymanager ledger balance system.funding.THB`,
-    `paymanager ledger balance 0190a3c2-7e1f-7c3a-9b2d-4f5e6a7b8c9d --json`.
+    Examples: `paymanager ledger balance system.funding.THB`, `paymanager ledger balance ACCOUNT_ID --json`
+    (ACCOUNT_ID: an account's `id` or `ledger_account_id`, as `GET /accounts/{id}` shows them).
     """
     from paymanager.ledger import AccountNotFoundError
 

@@ -56,7 +56,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document inst
 def disable(service_id: ServiceIdArg) -> None:
     """Refuse a service's requests from now on (every api process within SERVICE_CACHE_TTL_MS).
 
-    Example: `paymanager services disable svc_0123456789abcdef0123456789abcdef`.
+    Example: `paymanager services disable SERVICE_ID`.
     """
     from paymanager.application.admin.use_cases import Actor, disable_service
     from paymanager.cli._command import fail, load_settings
@@ -81,7 +81,7 @@ def rotate_secret(service_id: ServiceIdArg) -> None:
     """Give a service a new secret and print it (shown this once); the old one stops working within
     SERVICE_CACHE_TTL_MS.
 
-    Example: `paymanager services rotate-secret svc_0123456789abcdef0123456789abcdef`.
+    Example: `paymanager services rotate-secret SERVICE_ID`.
     """
     from paymanager.adapters.secret_box import SecretBox
     from paymanager.application.admin.use_cases import Actor

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from paymanager import tracing
 from paymanager.jobs import metrics
 from paymanager.jobs._completer import Completer
 from paymanager.jobs._leases import Held, Leases
@@ -67,7 +68,8 @@ class JobExecutor:
         try:
             try:
                 try:
-                    value = await self._call(ctx, spec)
+                    with tracing.job_span(ctx.kind, ctx.id, ctx.queue, ctx.attempt, ctx.payload):
+                        value = await self._call(ctx, spec)
                 finally:
                     metrics.RUN_SECONDS.labels(ctx.queue).observe(time.perf_counter() - started)
             except asyncio.CancelledError:
@@ -122,7 +124,9 @@ class JobExecutor:
         return await loop.run_in_executor(self._threads, spec.handler, ctx)
 
     async def _call_typed(self, ctx: JobContext, spec: HandlerSpec) -> object:
-        args: tuple[object, ...] = (ctx,) if spec.payload_model is None else (spec.model_of(ctx.payload), ctx)
+        args: tuple[object, ...] = (
+            (ctx,) if spec.payload_model is None else (spec.model_of(tracing.without_trace(ctx.payload)), ctx)
+        )
         if spec.is_async:
             value = await spec.handler(*args)
         else:

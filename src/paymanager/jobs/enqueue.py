@@ -16,6 +16,7 @@ import asyncpg
 import orjson
 from pydantic import BaseModel
 
+from paymanager import tracing
 from paymanager.db.pool import Conn, Pool
 from paymanager.jobs import _store as store
 from paymanager.jobs.backoff import Backoff
@@ -158,7 +159,8 @@ async def enqueue(
     before the waiting jobs of its priority, the newest first. A queue at its maximum depth raises
     `QueueFullError`. `payload` may be a pydantic model (stored as its JSON form).
     """
-    payload = payload_json(payload)
+    # The active trace goes with the job (TRACING_ENABLED): its attempt's span joins the caller's trace.
+    payload = tracing.with_trace(payload_json(payload))
     validate_job(kind, queue, payload, priority, max_attempts, timeout_ms, max_payload_bytes)
     if delay_ms is not None and not 0 <= delay_ms <= TIMEOUT_MS_MAX * 366:
         raise InvalidJobError(f"delay_ms must be within [0, one year], got {delay_ms}")
