@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Link, Span, Tracer
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    from paymanager.config import Settings
 
 # The payload key of a job's trace context; no producer's own payload field starts with an underscore.
 TRACE_KEY = "_trace"
@@ -40,6 +38,20 @@ class _State:
 _state = _State()
 
 
+class TracingSettings(Protocol):
+    """What `configure` reads (paymanager.config.Settings has it; not imported: config imports logging,
+    which imports this module)."""
+
+    @property
+    def tracing_enabled(self) -> bool: ...
+    @property
+    def otel_service_name(self) -> str: ...
+    @property
+    def otel_exporter_otlp_endpoint(self) -> str | None: ...
+    @property
+    def tracing_sample_ratio(self) -> float: ...
+
+
 class TracingUnavailableError(ValueError):
     """TRACING_ENABLED without the `tracing` extra installed."""
 
@@ -48,7 +60,7 @@ def enabled() -> bool:
     return _state.tracer is not None
 
 
-def configure(settings: Settings, *, exporter: SpanExporter | None = None) -> bool:
+def configure(settings: TracingSettings, *, exporter: SpanExporter | None = None) -> bool:
     """Start tracing when TRACING_ENABLED (or an `exporter` is given: tests pass the SDK's in-memory
     one, exported synchronously); returns whether tracing is on. Spans go to the OTLP/HTTP endpoint
     of the settings in batches otherwise."""
@@ -148,7 +160,12 @@ def job_span(kind: str, job_id: int, queue: str, attempt: int, payload: Mapping[
     if _state.tracer is None:
         return _NO_SPAN
     headers = payload.get(TRACE_KEY)
-    attributes = {"job.kind": kind, "job.id": job_id, "job.queue": queue, "job.attempt": attempt}
+    attributes: dict[str, str | int | float | bool] = {
+        "job.kind": kind,
+        "job.id": job_id,
+        "job.queue": queue,
+        "job.attempt": attempt,
+    }
     return remote_span(
         f"job {kind}", headers if isinstance(headers, dict) else None, attributes, server=False
     )

@@ -259,8 +259,8 @@ def _migration_report(settings: Settings, *, dry_run: bool, as_json: bool) -> No
         typer.echo(f"{row.version:04d}     {row.name:<32} {row.state:<10} {applied_at:<25} {checksum}")
         if row.state == "changed":
             typer.echo(f"         file now sha256:{row.file_checksum}")
-    pending = sum(1 for row in report if row.state == "pending")
-    typer.echo(f"{sum(1 for row in report if row.applied_at)} applied, {pending} pending")
+    waiting = sum(1 for row in report if row.state == "pending")
+    typer.echo(f"{sum(1 for row in report if row.applied_at)} applied, {waiting} pending")
     _refusal_note(report)
 
 
