@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from paymanager import tracing
 from paymanager.jobs import metrics
 from paymanager.jobs._completer import Completer
 from paymanager.jobs._leases import Held, Leases
@@ -26,6 +25,7 @@ from paymanager.jobs.options import WorkerOptions
 from paymanager.jobs.registry import HandlerSpec, Registry
 from paymanager.jobs.states import JobState
 from paymanager.logging import get_logger
+from paymanager.tracing import job_span, without_trace
 
 log = get_logger("paymanager.jobs.executor")
 
@@ -68,7 +68,7 @@ class JobExecutor:
         try:
             try:
                 try:
-                    with tracing.job_span(ctx.kind, ctx.id, ctx.queue, ctx.attempt, ctx.payload):
+                    with job_span(ctx.kind, ctx.id, ctx.queue, ctx.attempt, ctx.payload):
                         value = await self._call(ctx, spec)
                 finally:
                     metrics.RUN_SECONDS.labels(ctx.queue).observe(time.perf_counter() - started)
@@ -125,7 +125,7 @@ class JobExecutor:
 
     async def _call_typed(self, ctx: JobContext, spec: HandlerSpec) -> object:
         args: tuple[object, ...] = (
-            (ctx,) if spec.payload_model is None else (spec.model_of(tracing.without_trace(ctx.payload)), ctx)
+            (ctx,) if spec.payload_model is None else (spec.model_of(without_trace(ctx.payload)), ctx)
         )
         if spec.is_async:
             value = await spec.handler(*args)

@@ -44,13 +44,15 @@ from typing import Any, Generic, TypeVar
 
 import asyncpg
 
-from paymanager import tracing
 from paymanager.db.pool import Conn, Pool
 from paymanager.jobs import _store as store
 from paymanager.jobs._outcomes import Completion
 from paymanager.jobs.context import JobContext
 from paymanager.jobs.errors import LeaseLostError
 from paymanager.logging import get_logger
+from paymanager.tracing import current_span_context
+from paymanager.tracing import enabled as tracing_enabled
+from paymanager.tracing import span as trace_span
 
 log = get_logger("paymanager.jobs.batch")
 
@@ -145,7 +147,7 @@ class SharedTransactions(Generic[W, R]):
         if ctx.lease_lost.is_set():
             raise LeaseLostError(ctx.id)
         request: _Request[W, R] = _Request(
-            ctx, item, asyncio.get_running_loop().create_future(), tracing.current_span_context()
+            ctx, item, asyncio.get_running_loop().create_future(), current_span_context()
         )
         self._waiting.append(request)
         # Start on the next turn of the loop, so that the handlers the worker started together (one
@@ -198,9 +200,9 @@ class SharedTransactions(Generic[W, R]):
     async def _transaction(self, group: list[_Request[W, R]]) -> list[R | Exception]:
         """One shared transaction for `group`; retried from the start after a deadlock. Traced as a
         child of the first job's span (the task that started the group) linked to every job's."""
-        if not tracing.enabled():
+        if not tracing_enabled():
             return await self._transaction_attempts(group)
-        with tracing.span("jobs.shared_transaction", {"jobs": len(group)}, linked=[r.trace for r in group]):
+        with trace_span("jobs.shared_transaction", {"jobs": len(group)}, linked=[r.trace for r in group]):
             return await self._transaction_attempts(group)
 
     async def _transaction_attempts(self, group: list[_Request[W, R]]) -> list[R | Exception]:

@@ -16,13 +16,13 @@ import asyncpg
 import orjson
 from pydantic import BaseModel
 
-from paymanager import tracing
 from paymanager.db.pool import Conn, Pool
 from paymanager.jobs import _store as store
 from paymanager.jobs.backoff import Backoff
 from paymanager.jobs.errors import CodecError, InvalidJobError, PayloadTooLargeError, QueueFullError
 from paymanager.jobs.options import ATTEMPTS_MAX, NAME_PATTERN, QUEUE_PATTERN
 from paymanager.jobs.states import JobState
+from paymanager.tracing import with_trace
 
 if TYPE_CHECKING:
     from paymanager.db.database import Database
@@ -160,7 +160,7 @@ async def enqueue(
     `QueueFullError`. `payload` may be a pydantic model (stored as its JSON form).
     """
     # The active trace goes with the job (TRACING_ENABLED): its attempt's span joins the caller's trace.
-    payload = tracing.with_trace(payload_json(payload))
+    payload = with_trace(payload_json(payload))
     validate_job(kind, queue, payload, priority, max_attempts, timeout_ms, max_payload_bytes)
     if delay_ms is not None and not 0 <= delay_ms <= TIMEOUT_MS_MAX * 366:
         raise InvalidJobError(f"delay_ms must be within [0, one year], got {delay_ms}")
