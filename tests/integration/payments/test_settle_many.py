@@ -215,7 +215,8 @@ async def test_a_group_fails_an_intent_whose_hold_the_ledger_expired_and_settles
     )  # fmt: skip
     assert await _settlements(pool, expired_intent) == ["voided"]
     assert await api.client.balance(expired_payee) == {
-        "account_id": expired_payee, "currency": "THB", "posted": 0, "pending": 0, "available": 0,
+        "account_id": expired_payee, "ledger_account_id": str(uuid.UUID(expired_payee).int),
+        "currency": "THB", "posted": 0, "pending": 0, "available": 0,
     }  # fmt: skip
     payer = failed["payer_account_id"]
     assert (await api.client.balance(payer))["available"] == FUNDING
