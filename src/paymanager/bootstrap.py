@@ -389,7 +389,14 @@ def psp_worker(
     PSP_LEASE_SEC: the time after which another process takes over the payout of a lost one."""
     registry = Registry()
     handler = payout_handler(
-        payments, drivers, PayoutSettings(settings.psp_poll_interval_ms, settings.psp_max_retries)
+        payments,
+        drivers,
+        PayoutSettings(
+            settings.psp_poll_interval_ms,
+            settings.psp_max_retries,
+            end_batch_max=settings.outbox_batch_size,
+            end_batches_in_flight=settings.outbox_settle_batches_in_flight,
+        ),
     )
     registry.register(
         PAYOUT_KIND, handler, queue=queue_of(settings.psp_names[0]), max_attempts=PAYOUT_MAX_ATTEMPTS

@@ -8,9 +8,13 @@ Each runs in three steps:
 2. the provider call, outside any transaction, with the idempotency key derived from the leg; a
    provider that cannot be reached raises, and the job is retried on the outbox schedule with the
    SAME key (the provider answers a repeat with the first outcome: never a second debit);
-3. the outcome, recorded under the session's lock in the job's own fenced transaction
-   (`ctx.transaction()`): a worker that lost its lease cannot record anything, and the next one
-   repeats the call with the same key.
+3. the outcome, recorded under the session's lock in a fenced transaction that completes the job
+   (shared by the actions the worker runs at once: recording.py): a worker that lost its lease
+   cannot record anything, and the next one repeats the call with the same key.
+
+CAPTURE_PSP skips step 1's lock and write: its leg was attempted by its authorisation, and a session
+that completed never changes again, so a read suffices to know the capture applies (step 3 checks
+again under the lock).
 
 A success that arrives after the session ended (the expiry or a cancel won the race) is recorded
 and compensated at once: the loser's effects are undone, exactly once (one job per leg and action,
@@ -39,6 +43,7 @@ from paymanager.application.sessions.ports import (
     Outcome,
     leg_key,
 )
+from paymanager.application.sessions.recording import Apply, Recorder
 from paymanager.application.sessions.store import Leg, Session, SessionStore
 from paymanager.db.pool import Conn
 from paymanager.domain.sessions import LegKind, LegStatus, SessionStatus, leg_transition
@@ -90,6 +95,17 @@ async def _prepare(
         return locked
 
 
+async def _peek(sessions: Sessions, leg_id: uuid.UUID) -> _Locked | None:
+    """The session and legs of `leg_id`, read without a lock (the caller checks again under it)."""
+    async with sessions.payments.pool.acquire() as conn:
+        store = SessionStore(conn)
+        session = await store.of_leg(leg_id=leg_id)
+        if session is None:
+            raise PermanentError(f"checkout session leg {leg_id} does not exist")
+        legs = await store.legs(session_id=session.id)
+    return _Locked(session, legs, next(leg for leg in legs if leg.id == leg_id))
+
+
 async def _set_leg(sessions: Sessions, conn: Conn, leg: Leg, target: LegStatus, **fields: str | None) -> Leg:
     leg_transition(leg.kind, leg.status, target)
     changed = await SessionStore(conn).set_leg_status(
@@ -131,7 +147,14 @@ def _first_step_applies(locked: _Locked) -> bool:
     return locked.leg.status is LegStatus.PENDING and locked.session.status is SessionStatus.PROCESSING
 
 
-def debit_gift_handler(sessions: Sessions, provider: GiftCardProvider) -> Handler:
+def _first_step(sessions: Sessions, outcome: Outcome) -> Apply:
+    async def apply(conn: Conn, leg_id: uuid.UUID) -> None:
+        await _record_first_step(sessions, conn, await _lock(conn, leg_id), outcome)
+
+    return apply
+
+
+def debit_gift_handler(sessions: Sessions, provider: GiftCardProvider, recorder: Recorder) -> Handler:
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
         locked = await _prepare(sessions, leg_id, _first_step_applies)
@@ -141,13 +164,12 @@ def debit_gift_handler(sessions: Sessions, provider: GiftCardProvider) -> Handle
             card=locked.leg.instrument, amount=locked.leg.amount, currency=locked.session.currency,
             idempotency_key=leg_key(leg_id, DEBIT_OP),
         )  # fmt: skip
-        async with ctx.transaction() as conn:
-            await _record_first_step(sessions, conn, await _lock(conn, leg_id), outcome)
+        await recorder.record(ctx, leg_id, _first_step(sessions, outcome))
 
     return handle
 
 
-def authorize_psp_handler(sessions: Sessions, acquirer: CardAcquirer) -> Handler:
+def authorize_psp_handler(sessions: Sessions, acquirer: CardAcquirer, recorder: Recorder) -> Handler:
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
         locked = await _prepare(sessions, leg_id, _first_step_applies)
@@ -157,31 +179,37 @@ def authorize_psp_handler(sessions: Sessions, acquirer: CardAcquirer) -> Handler
             token=locked.leg.instrument, amount=locked.leg.amount, currency=locked.session.currency,
             idempotency_key=leg_key(leg_id, AUTHORIZE_OP),
         )  # fmt: skip
-        async with ctx.transaction() as conn:
-            await _record_first_step(sessions, conn, await _lock(conn, leg_id), outcome)
+        await recorder.record(ctx, leg_id, _first_step(sessions, outcome))
 
     return handle
 
 
-def capture_psp_handler(sessions: Sessions, acquirer: CardAcquirer) -> Handler:
+def capture_psp_handler(sessions: Sessions, acquirer: CardAcquirer, recorder: Recorder) -> Handler:
     def applies(locked: _Locked) -> bool:
         return locked.leg.status is LegStatus.AUTHORIZED and locked.session.status is SessionStatus.COMPLETED
 
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
-        locked = await _prepare(sessions, leg_id, applies)
-        if locked is None:
+        found = await _peek(sessions, leg_id)
+        if found is not None and found.leg.attempted_at is None:
+            # Not attempted (it cannot be, once authorised): the write-ahead comes first, as for others.
+            found = await _prepare(sessions, leg_id, applies)
+        if found is None or not applies(found):
             return
         outcome = await acquirer.capture(
-            authorization_key=leg_key(leg_id, AUTHORIZE_OP), amount=locked.leg.amount
+            authorization_key=leg_key(leg_id, AUTHORIZE_OP), amount=found.leg.amount
         )
         if isinstance(outcome, Declined):
             # The hold is gone at the acquirer (expired, released by hand): a person must look.
             raise PermanentError(f"the acquirer refused the capture of leg {leg_id}: {outcome.code}")
-        async with ctx.transaction() as conn:
+        reference = outcome.reference
+
+        async def apply(conn: Conn, leg_id: uuid.UUID) -> None:
             now = await _lock(conn, leg_id)
             if applies(now):
-                await _set_leg(sessions, conn, now.leg, LegStatus.CAPTURED, provider_ref=outcome.reference)
+                await _set_leg(sessions, conn, now.leg, LegStatus.CAPTURED, provider_ref=reference)
+
+        await recorder.record(ctx, leg_id, apply)
 
     return handle
 
@@ -197,23 +225,22 @@ def _undo_applies(moved: LegStatus) -> Callable[[_Locked], bool]:
     return applies
 
 
-async def _record_undo(
-    sessions: Sessions,
-    ctx: JobContext,
-    leg_id: uuid.UUID,
-    outcome: Outcome,
-    target: LegStatus,
-    moved: LegStatus,
-) -> None:
+def _record_undo(
+    sessions: Sessions, leg_id: uuid.UUID, outcome: Outcome, target: LegStatus, moved: LegStatus
+) -> Apply:
     if isinstance(outcome, Declined):
         raise PermanentError(f"the provider refused the compensation of leg {leg_id}: {outcome.code}")
-    async with ctx.transaction() as conn:
+    reference = outcome.reference
+
+    async def apply(conn: Conn, leg_id: uuid.UUID) -> None:
         now = await _lock(conn, leg_id)
         if _undo_applies(moved)(now):
-            await _set_leg(sessions, conn, now.leg, target, provider_ref=outcome.reference)
+            await _set_leg(sessions, conn, now.leg, target, provider_ref=reference)
+
+    return apply
 
 
-def cancel_gift_handler(sessions: Sessions, provider: GiftCardProvider) -> Handler:
+def cancel_gift_handler(sessions: Sessions, provider: GiftCardProvider, recorder: Recorder) -> Handler:
     applies = _undo_applies(LegStatus.CAPTURED)
 
     async def handle(ctx: JobContext) -> None:
@@ -222,12 +249,13 @@ def cancel_gift_handler(sessions: Sessions, provider: GiftCardProvider) -> Handl
         if locked is None:
             return
         outcome = await provider.cancel(card=locked.leg.instrument, idempotency_key=leg_key(leg_id, DEBIT_OP))
-        await _record_undo(sessions, ctx, leg_id, outcome, LegStatus.CANCELLED, LegStatus.CAPTURED)
+        undo = _record_undo(sessions, leg_id, outcome, LegStatus.CANCELLED, LegStatus.CAPTURED)
+        await recorder.record(ctx, leg_id, undo)
 
     return handle
 
 
-def release_hold_handler(sessions: Sessions, acquirer: CardAcquirer) -> Handler:
+def release_hold_handler(sessions: Sessions, acquirer: CardAcquirer, recorder: Recorder) -> Handler:
     applies = _undo_applies(LegStatus.AUTHORIZED)
 
     async def handle(ctx: JobContext) -> None:
@@ -236,7 +264,8 @@ def release_hold_handler(sessions: Sessions, acquirer: CardAcquirer) -> Handler:
         if locked is None:
             return
         outcome = await acquirer.release(authorization_key=leg_key(leg_id, AUTHORIZE_OP))
-        await _record_undo(sessions, ctx, leg_id, outcome, LegStatus.RELEASED, LegStatus.AUTHORIZED)
+        undo = _record_undo(sessions, leg_id, outcome, LegStatus.RELEASED, LegStatus.AUTHORIZED)
+        await recorder.record(ctx, leg_id, undo)
 
     return handle
 
@@ -246,10 +275,17 @@ def action_handlers(sessions: Sessions) -> dict[str, Handler]:
     gift, card = sessions.gift_cards, sessions.cards
     assert gift is not None, "session actions need the gift-card provider"
     assert card is not None, "session actions need the card acquirer"
+    settings = sessions.payments.settings
+    # One recorder for every action kind: a debit and an authorisation of one session share a group.
+    recorder = Recorder(
+        sessions.payments.pool,
+        batch_max=settings.outbox_batch_size,
+        batches_in_flight_max=settings.outbox_settle_batches_in_flight,
+    )
     return {
-        DEBIT_GIFT: debit_gift_handler(sessions, gift),
-        AUTHORIZE_PSP: authorize_psp_handler(sessions, card),
-        CAPTURE_PSP: capture_psp_handler(sessions, card),
-        CANCEL_GIFT: cancel_gift_handler(sessions, gift),
-        RELEASE_HOLD: release_hold_handler(sessions, card),
+        DEBIT_GIFT: debit_gift_handler(sessions, gift, recorder),
+        AUTHORIZE_PSP: authorize_psp_handler(sessions, card, recorder),
+        CAPTURE_PSP: capture_psp_handler(sessions, card, recorder),
+        CANCEL_GIFT: cancel_gift_handler(sessions, gift, recorder),
+        RELEASE_HOLD: release_hold_handler(sessions, card, recorder),
     }
