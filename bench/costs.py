@@ -57,14 +57,6 @@ def _cpu(pid: int) -> float:
     return float(times.user + times.system)
 
 
-def _tree(pid: int) -> list[int]:
-    try:
-        process = psutil.Process(pid)
-        return [pid, *(child.pid for child in process.children(recursive=True))]
-    except psutil.NoSuchProcess:
-        return []
-
-
 def _ports(pids: list[int]) -> set[int]:
     ports: set[int] = set()
     for pid in pids:
@@ -108,12 +100,12 @@ class Costs:
 
 
 class RunCosts:
-    """Costs of the process groups `groups` (name -> root pids, children included) over one run;
-    processes not in a group (this one, say) are named by `self_group`."""
+    """Costs of the process groups `groups` (name -> pids, children not included: the bench's
+    children are the other groups) over one run; backends serving no group are `postgres:other`."""
 
     def __init__(self, conn: asyncpg.Connection, groups: dict[str, list[int]]) -> None:
         self._conn = conn
-        self._groups = {name: [p for root in pids for p in _tree(root)] for name, pids in groups.items()}
+        self._groups = groups
         self._before: _Snapshot | None = None
 
     async def _snapshot(self) -> _Snapshot:

@@ -29,7 +29,7 @@ from paymanager.adapters.psp.drivers import DRIVERS
 from paymanager.adapters.psp.port import PspDriver
 from paymanager.adapters.redis_events import RedisPublisher
 from paymanager.adapters.secret_box import SecretBox
-from paymanager.adapters.webhook_http import HttpxSender
+from paymanager.adapters.webhook_http import HttpSender
 from paymanager.application.accounts.use_cases import seed_system_accounts
 from paymanager.application.admin.gauges import register_gauges
 from paymanager.application.context import Payments
@@ -134,7 +134,7 @@ class Components:
     services: tuple[Service, ...]
     # The SSRF guard of webhook URLs (registration and delivery share it) and the delivery's client.
     webhook_guard: AddressGuard
-    webhook_sender: HttpxSender
+    webhook_sender: HttpSender
     # Set when the process shuts down: long-lived work (event streams) ends itself.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     # The PSP drivers of this process, by PSP name (the psp-worker's PSP_NAMES; for the api, those
@@ -191,7 +191,7 @@ async def build(
         await _step("limit the PSP queues", _limit_psp_queues(database, settings))
     hub = IntentEventHub(database) if Role.API in settings.worker_roles else None
     guard = AddressGuard(settings.webhook_allowed_hosts, resolver)
-    sender = HttpxSender(timeout_ms=settings.webhook_timeout_ms, connections_max=settings.webhook_concurrency)
+    sender = HttpSender(timeout_ms=settings.webhook_timeout_ms, connections_max=settings.webhook_concurrency)
     deliverer = WebhookDeliverer(
         payments, guard, sender, EndpointSlots(settings.webhook_endpoint_concurrency),
         Schedule(settings.webhook_retry_schedule_ms),
