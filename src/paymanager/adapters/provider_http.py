@@ -41,7 +41,11 @@ class ProviderHttp:
     def __init__(self, base_url: str, *, api_key: str | None, timeout_ms: int, auth_header: str) -> None:
         self._headers = {auth_header: api_key} if api_key else {}
         self._base_url = base_url.rstrip("/")
-        self._timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
+        # Per phase as httpx counted it (connecting, each read), not a total: a slow pool is not a slow peer.
+        seconds = timeout_ms / 1000
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=seconds, sock_connect=seconds, sock_read=seconds
+        )
         self._session: aiohttp.ClientSession | None = None
         self._name = base_url
 

@@ -28,7 +28,11 @@ def _pinned_url(checked: CheckedUrl) -> str:
 
 class HttpSender:
     def __init__(self, *, timeout_ms: int, connections_max: int) -> None:
-        self._timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
+        # Per phase (connecting, each read): a receiver that sends nothing for this long has hung.
+        seconds = timeout_ms / 1000
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=seconds, sock_connect=seconds, sock_read=seconds
+        )
         self._connections_max = connections_max
         self._session: aiohttp.ClientSession | None = None
 

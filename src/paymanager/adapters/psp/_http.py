@@ -77,7 +77,11 @@ class HttpPsp:
     def __init__(self, credentials: PspCredentials, *, max_connections: int = 200) -> None:
         self.credentials = credentials
         timeout = credentials.timeout_ms / 1000
-        self._timeout = aiohttp.ClientTimeout(total=timeout, connect=min(timeout, 2.0))
+        # Per phase (connecting, each read), as before: a connection that cannot be made fails fast.
+        connect = min(timeout, 2.0)
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=connect, sock_connect=connect, sock_read=timeout
+        )
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
 

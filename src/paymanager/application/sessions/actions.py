@@ -44,7 +44,8 @@ from paymanager.application.sessions.ports import (
     leg_key,
 )
 from paymanager.application.sessions.recording import Apply, Recorder
-from paymanager.application.sessions.store import Leg, Session, SessionStore
+from paymanager.application.sessions.store import Leg, SessionStore
+from paymanager.application.sessions.write_ahead import Locked, WriteAheads
 from paymanager.db.pool import Conn
 from paymanager.domain.sessions import LegKind, LegStatus, SessionStatus, leg_transition
 from paymanager.jobs import JobContext, PermanentError
@@ -57,14 +58,22 @@ Handler = Callable[[JobContext], Awaitable[None]]
 DEBIT_OP, AUTHORIZE_OP = "debit", "authorize"
 
 
-@dataclass(frozen=True, slots=True)
-class _Locked:
-    session: Session
-    legs: list[Leg]
-    leg: Leg
+_Locked = Locked
 
-    def replaced(self, leg: Leg) -> list[Leg]:
-        return [leg if other.id == leg.id else other for other in self.legs]
+
+@dataclass(frozen=True, slots=True)
+class _Steps:
+    """Steps 1 and 3 of every action, each grouped over the actions the worker runs at once."""
+
+    write_aheads: WriteAheads
+    recorder: Recorder
+
+    async def prepare(self, leg_id: uuid.UUID, applies: Callable[[Locked], bool]) -> Locked | None:
+        """Step 1: the locked session and leg when the action still applies (attempted_at written)."""
+        return await self.write_aheads.prepare(leg_id, applies)
+
+    async def record(self, ctx: JobContext, leg_id: uuid.UUID, apply: Apply) -> None:
+        await self.recorder.record(ctx, leg_id, apply)
 
 
 def _leg_id(ctx: JobContext) -> uuid.UUID:
@@ -81,18 +90,6 @@ async def _lock(conn: Conn, leg_id: uuid.UUID) -> _Locked:
         raise PermanentError(f"checkout session leg {leg_id} does not exist")
     legs = await store.legs(session_id=session.id)
     return _Locked(session, legs, next(leg for leg in legs if leg.id == leg_id))
-
-
-async def _prepare(
-    sessions: Sessions, leg_id: uuid.UUID, applies: Callable[[_Locked], bool]
-) -> _Locked | None:
-    """Step 1: the locked session and leg when the action still applies (attempted_at written)."""
-    async with sessions.payments.pool.acquire() as conn, conn.transaction():
-        locked = await _lock(conn, leg_id)
-        if not applies(locked):
-            return None
-        await SessionStore(conn).mark_attempted(leg_id=leg_id, now=sessions.payments.clock())
-        return locked
 
 
 async def _peek(sessions: Sessions, leg_id: uuid.UUID) -> _Locked | None:
@@ -154,37 +151,37 @@ def _first_step(sessions: Sessions, outcome: Outcome) -> Apply:
     return apply
 
 
-def debit_gift_handler(sessions: Sessions, provider: GiftCardProvider, recorder: Recorder) -> Handler:
+def debit_gift_handler(sessions: Sessions, provider: GiftCardProvider, steps: _Steps) -> Handler:
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
-        locked = await _prepare(sessions, leg_id, _first_step_applies)
+        locked = await steps.prepare(leg_id, _first_step_applies)
         if locked is None:
             return
         outcome = await provider.debit(
             card=locked.leg.instrument, amount=locked.leg.amount, currency=locked.session.currency,
             idempotency_key=leg_key(leg_id, DEBIT_OP),
         )  # fmt: skip
-        await recorder.record(ctx, leg_id, _first_step(sessions, outcome))
+        await steps.record(ctx, leg_id, _first_step(sessions, outcome))
 
     return handle
 
 
-def authorize_psp_handler(sessions: Sessions, acquirer: CardAcquirer, recorder: Recorder) -> Handler:
+def authorize_psp_handler(sessions: Sessions, acquirer: CardAcquirer, steps: _Steps) -> Handler:
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
-        locked = await _prepare(sessions, leg_id, _first_step_applies)
+        locked = await steps.prepare(leg_id, _first_step_applies)
         if locked is None:
             return
         outcome = await acquirer.authorize(
             token=locked.leg.instrument, amount=locked.leg.amount, currency=locked.session.currency,
             idempotency_key=leg_key(leg_id, AUTHORIZE_OP),
         )  # fmt: skip
-        await recorder.record(ctx, leg_id, _first_step(sessions, outcome))
+        await steps.record(ctx, leg_id, _first_step(sessions, outcome))
 
     return handle
 
 
-def capture_psp_handler(sessions: Sessions, acquirer: CardAcquirer, recorder: Recorder) -> Handler:
+def capture_psp_handler(sessions: Sessions, acquirer: CardAcquirer, steps: _Steps) -> Handler:
     def applies(locked: _Locked) -> bool:
         return locked.leg.status is LegStatus.AUTHORIZED and locked.session.status is SessionStatus.COMPLETED
 
@@ -193,7 +190,7 @@ def capture_psp_handler(sessions: Sessions, acquirer: CardAcquirer, recorder: Re
         found = await _peek(sessions, leg_id)
         if found is not None and found.leg.attempted_at is None:
             # Not attempted (it cannot be, once authorised): the write-ahead comes first, as for others.
-            found = await _prepare(sessions, leg_id, applies)
+            found = await steps.prepare(leg_id, applies)
         if found is None or not applies(found):
             return
         outcome = await acquirer.capture(
@@ -209,7 +206,7 @@ def capture_psp_handler(sessions: Sessions, acquirer: CardAcquirer, recorder: Re
             if applies(now):
                 await _set_leg(sessions, conn, now.leg, LegStatus.CAPTURED, provider_ref=reference)
 
-        await recorder.record(ctx, leg_id, apply)
+        await steps.record(ctx, leg_id, apply)
 
     return handle
 
@@ -240,32 +237,32 @@ def _record_undo(
     return apply
 
 
-def cancel_gift_handler(sessions: Sessions, provider: GiftCardProvider, recorder: Recorder) -> Handler:
+def cancel_gift_handler(sessions: Sessions, provider: GiftCardProvider, steps: _Steps) -> Handler:
     applies = _undo_applies(LegStatus.CAPTURED)
 
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
-        locked = await _prepare(sessions, leg_id, applies)
+        locked = await steps.prepare(leg_id, applies)
         if locked is None:
             return
         outcome = await provider.cancel(card=locked.leg.instrument, idempotency_key=leg_key(leg_id, DEBIT_OP))
         undo = _record_undo(sessions, leg_id, outcome, LegStatus.CANCELLED, LegStatus.CAPTURED)
-        await recorder.record(ctx, leg_id, undo)
+        await steps.record(ctx, leg_id, undo)
 
     return handle
 
 
-def release_hold_handler(sessions: Sessions, acquirer: CardAcquirer, recorder: Recorder) -> Handler:
+def release_hold_handler(sessions: Sessions, acquirer: CardAcquirer, steps: _Steps) -> Handler:
     applies = _undo_applies(LegStatus.AUTHORIZED)
 
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
-        locked = await _prepare(sessions, leg_id, applies)
+        locked = await steps.prepare(leg_id, applies)
         if locked is None:
             return
         outcome = await acquirer.release(authorization_key=leg_key(leg_id, AUTHORIZE_OP))
         undo = _record_undo(sessions, leg_id, outcome, LegStatus.RELEASED, LegStatus.AUTHORIZED)
-        await recorder.record(ctx, leg_id, undo)
+        await steps.record(ctx, leg_id, undo)
 
     return handle
 
@@ -275,17 +272,20 @@ def action_handlers(sessions: Sessions) -> dict[str, Handler]:
     gift, card = sessions.gift_cards, sessions.cards
     assert gift is not None, "session actions need the gift-card provider"
     assert card is not None, "session actions need the card acquirer"
-    settings = sessions.payments.settings
-    # One recorder for every action kind: a debit and an authorisation of one session share a group.
-    recorder = Recorder(
-        sessions.payments.pool,
-        batch_max=settings.outbox_batch_size,
-        batches_in_flight_max=settings.outbox_settle_batches_in_flight,
+    payments = sessions.payments
+    batch_max, in_flight = (
+        payments.settings.outbox_batch_size,
+        payments.settings.outbox_settle_batches_in_flight,
+    )
+    # One set of groups for every action kind: a debit and an authorisation of one session share them.
+    steps = _Steps(
+        WriteAheads(payments.pool, payments.clock, batch_max=batch_max, batches_in_flight_max=in_flight),
+        Recorder(payments.pool, batch_max=batch_max, batches_in_flight_max=in_flight),
     )
     return {
-        DEBIT_GIFT: debit_gift_handler(sessions, gift, recorder),
-        AUTHORIZE_PSP: authorize_psp_handler(sessions, card, recorder),
-        CAPTURE_PSP: capture_psp_handler(sessions, card, recorder),
-        CANCEL_GIFT: cancel_gift_handler(sessions, gift, recorder),
-        RELEASE_HOLD: release_hold_handler(sessions, card, recorder),
+        DEBIT_GIFT: debit_gift_handler(sessions, gift, steps),
+        AUTHORIZE_PSP: authorize_psp_handler(sessions, card, steps),
+        CAPTURE_PSP: capture_psp_handler(sessions, card, steps),
+        CANCEL_GIFT: cancel_gift_handler(sessions, gift, steps),
+        RELEASE_HOLD: release_hold_handler(sessions, card, steps),
     }

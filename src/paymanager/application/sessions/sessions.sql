@@ -29,15 +29,23 @@ SELECT s.* FROM checkout_session s JOIN checkout_session_leg l ON l.session_id =
    FOR UPDATE OF s;
 
 -- name: session_lock_of_legs
--- Locks the sessions of legs $1 in id order: a group of actions recorded in one transaction takes
+-- Locks the sessions of legs $1 in id order: a group of actions handled in one transaction takes
 -- its sessions' locks up front in the order every group uses, so two groups cannot deadlock.
-SELECT s.id FROM checkout_session s
+SELECT s.* FROM checkout_session s
  WHERE s.id IN (SELECT session_id FROM checkout_session_leg WHERE id = ANY ($1::uuid[]))
  ORDER BY s.id
    FOR UPDATE OF s;
 
 -- name: legs_of_session
 SELECT * FROM checkout_session_leg WHERE session_id = $1 ORDER BY position;
+
+-- name: legs_of_sessions
+SELECT * FROM checkout_session_leg WHERE session_id = ANY ($1::uuid[]) ORDER BY session_id, position;
+
+-- name: leg_mark_attempted_many
+-- `leg_mark_attempted` for legs $1 in one statement (a group's write-ahead).
+UPDATE checkout_session_leg SET attempted_at = $2, updated_at = $2
+ WHERE id = ANY ($1::uuid[]) AND attempted_at IS NULL;
 
 -- name: session_set_status
 -- Moves session $1 from $3 to $2 at $4; nothing when it is no longer in $3.
