@@ -77,10 +77,10 @@ class HttpPsp:
     def __init__(self, credentials: PspCredentials, *, max_connections: int = 200) -> None:
         self.credentials = credentials
         timeout = credentials.timeout_ms / 1000
-        # Per phase (connecting, each read), as before: a connection that cannot be made fails fast.
-        connect = min(timeout, 2.0)
+        # Per phase, as before: a free pooled connection within the timeout, a new one within 2 s (a
+        # PSP that cannot be reached fails fast), each read within the timeout.
         self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=connect, sock_connect=connect, sock_read=timeout
+            total=None, connect=timeout, sock_connect=min(timeout, 2.0), sock_read=timeout
         )
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
