@@ -32,6 +32,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def spawn_receiver(port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "paymanager", "sandbox", "merchant", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
 async def wait_port(port: int) -> None:
     for _ in range(300):
         try:
@@ -86,10 +91,7 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args()
     port = free_port()
-    receiver = subprocess.Popen(
-        [sys.executable, "-m", "paymanager", "sandbox", "merchant", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    receiver = spawn_receiver(port)
     try:
         await wait_port(port)
         url = f"http://127.0.0.1:{port}/e0"
