@@ -1,6 +1,7 @@
-"""The outcomes of many session actions recorded in one transaction: a record that fails is undone
-alone (the others commit), an error of the transaction itself fails the whole group, and sessions
-confirmed together all complete once, with the ledger paying the merchant for each."""
+"""The steps of many session actions in one transaction each: the write-ahead marks only the legs
+whose action applies (a missing leg fails alone); a record that fails is undone alone (the others
+commit), an error of the transaction itself fails the whole group; and sessions confirmed together
+all complete once, with the ledger paying the merchant for each."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from paymanager.application.sessions.recording import Apply, Record, apply_isolated
 from paymanager.application.sessions.store import SessionStore
+from paymanager.application.sessions.write_ahead import Locked, write_ahead
 from paymanager.db.pool import Conn
 from tests.integration.sessions.conftest import Env
 
@@ -45,6 +47,27 @@ async def _attempted(env: Env, legs: list[uuid.UUID]) -> list[bool]:
     )
     found = {row["id"]: row["attempted"] for row in rows}
     return [found[leg] for leg in legs]
+
+
+async def test_the_write_ahead_marks_the_legs_whose_action_applies_and_fails_a_missing_leg_alone(
+    env: Env,
+) -> None:
+    legs = await _open_legs(env, 2)
+    missing = uuid.uuid4()
+
+    def applies(locked: Locked) -> bool:
+        return locked.leg.id == legs[0]
+
+    async with env.pool.acquire() as conn, conn.transaction():
+        outcomes = await write_ahead(conn, [(legs[0], applies), (legs[1], applies), (missing, applies)], NOW)
+    first, second, third = outcomes
+    assert isinstance(first, Locked)
+    assert first.leg.id == legs[0]
+    assert [leg.kind.value for leg in first.legs] == ["gift_card", "card"]  # its session's legs, in order
+    assert first.session.status.value == "open"
+    assert second is None
+    assert isinstance(third, Exception)
+    assert await _attempted(env, legs) == [True, False]
 
 
 async def test_a_failing_record_is_undone_alone_and_the_others_commit(env: Env) -> None:
