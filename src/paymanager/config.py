@@ -166,8 +166,8 @@ class Settings(BaseSettings):
         default=2,
         ge=1,
         le=64,
-        description="Most shared settlement transactions running at once per process (each settles up "
-        "to outbox_batch_size intents).",
+        description="Most shared settlement transactions running at once per process and kind (each "
+        "ends up to outbox_batch_size intents, payouts, session actions or webhook deliveries).",
     )
     outbox_max_depth: int = Field(
         default=100_000,
