@@ -1,7 +1,7 @@
 """The TigerBeetle adapter's translation, checked against the installed 0.17 client without a server.
 
-No TigerBeetle server runs in CI, so the conformance suite's TigerBeetle half skips; these tests
-cover what can go wrong on our side of the wire. Our result codes, flags and records mirror the
+The conformance suite runs on a real replica; these tests need none, and cover what can go wrong on
+our side of the wire, including what a replica's behaviour would not show. Our result codes, flags and records mirror the
 client's name for name and value for value, so a client upgrade that renames, renumbers, adds or
 widens anything fails here. Round trips go through the client's own ctypes structs (`CAccount`,
 `CTransfer`, `CCreateTransferResult`, ...), i.e. the bytes it sends and parses, with the field widths
