@@ -532,7 +532,6 @@ async def test_a_refusal_after_ledger_conflicts_is_still_answered_as_a_refusal(
     assert intent["status"] == "created"
 
 
-@pytest.mark.postgres_ledger_only(CONFLICTS)
 async def test_conflicts_on_every_attempt_answer_503_and_change_nothing(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
