@@ -23,6 +23,7 @@ from paymanager.application.intents.invoice_sweep import sweep_invoices
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle, settle_many
 from paymanager.application.services.use_cases import ServiceIdentity
+from paymanager.db.pool import create_pool
 from paymanager.domain.channels import AccountKind
 from paymanager.ledger import TigerBeetleLedger
 from tests.integration.payments.conftest import Api, open_api
@@ -383,6 +384,31 @@ async def test_an_account_left_in_tigerbeetle_by_a_rolled_back_open_is_empty_and
     assert (paid.status_code, funded.status_code) == (404, 404), (paid.text, funded.text)
     (still,) = await api.payments.ledger.lookup_accounts([opened.id.int])
     assert (still.debits_posted, still.credits_posted, still.credits_pending) == (0, 0, 0)
+
+
+async def test_more_confirms_at_once_than_pooled_connections_all_complete_on_tigerbeetle(
+    database_url: str, tigerbeetle_address: str
+) -> None:
+    """A confirm holds a pooled connection for its transaction and commits its hold id on another one
+    first. Those come from the decisions' own pool: from the same pool, as many confirms as it has
+    connections would each wait for a second one for ever (the bound below only ends the test)."""
+    small = await create_pool(database_url, min_size=1, max_size=3)
+    try:
+        async for api in open_api(
+            small, database_url, ledger_backend="tigerbeetle", tb_address=tigerbeetle_address
+        ):
+            payer, payee = await _funded_pair(api, amount=100_000)
+            body = {
+                "channel": "internal-p2p", "amount": 100, "currency": "THB",
+                "payer_account_id": payer, "payee_account_id": payee,
+            }  # fmt: skip
+            ids = [(await api.client.post("/intents", body)).json()["id"] for _ in range(8)]
+            confirms = asyncio.gather(*(api.client.post(f"/intents/{i}/confirm") for i in ids))
+            answers = await asyncio.wait_for(confirms, timeout=120)
+            assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
+            assert [await _status(api, i) for i in ids] == ["confirmed"] * 8
+    finally:
+        await small.close()
 
 
 async def test_readyz_reports_the_tigerbeetle_ledger(tb_api: Api) -> None:

@@ -46,7 +46,7 @@ async def hold_id_for(payments: Payments, intent_id: uuid.UUID) -> uuid.UUID:
     rolls back with the confirm); on TigerBeetle the recorded one, committed before the hold."""
     if ledger_ops.joins_transactions(payments.ledger):
         return new_id()
-    async with payments.pool.acquire() as side:
+    async with payments.side.acquire() as side:
         return await DecisionStore(side).take_hold_id(intent_id=intent_id, fresh=new_id())
 
 
@@ -75,7 +75,7 @@ async def hold(
 
 async def _renew_hold_id(payments: Payments, intent_id: uuid.UUID, burned: uuid.UUID) -> uuid.UUID:
     fresh = new_id()
-    async with payments.pool.acquire() as side:
+    async with payments.side.acquire() as side:
         await DecisionStore(side).renew_hold_id(intent_id=intent_id, burned=burned, fresh=fresh)
     return fresh
 
@@ -185,7 +185,7 @@ async def _decide_then_apply(
     wanted = [Decision(p.row.id, p.target is IntentStatus.SETTLED, p.target, p.reason) for p in plans]
     # Its own connection and transaction, committed before the ledger is asked: the caller's
     # transaction (which holds the intent locks) commits only after the ledger answered.
-    async with payments.pool.acquire() as side:
+    async with payments.side.acquire() as side:
         decisions = await DecisionStore(side).take(wanted=wanted, decided_by=decided_by, now=payments.clock())
     await payments.checkpoint(DECIDED)
     chosen = [decisions[p.row.id] for p in plans]
