@@ -124,7 +124,10 @@ def create_app(components: Components) -> FastAPI:
         if components.settings.sessions_enabled and components.sessions is not None:
             install_sessions_api(app, components.sessions)
         # Imported here: the dashboard's templates load only where the api role runs.
-        from paymanager.api.dashboard import install_dashboard
+        from paymanager.api.dashboard import (
+            install_dashboard,
+            psp_pages,  # noqa: F401 - its pages join DASHBOARD_ROUTERS
+        )
 
         install_dashboard(app, components)
     return app

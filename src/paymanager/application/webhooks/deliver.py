@@ -21,8 +21,10 @@ from paymanager.adapters.secret_box import Sealed, SecretBox
 from paymanager.application.context import Payments
 from paymanager.application.webhooks.address_guard import AddressGuard, CheckedUrl, WebhookUrlRefusedError
 from paymanager.application.webhooks.store import AttemptOutcome, DeliveryWork, WebhookStore
-from paymanager.jobs import JobContext, PermanentError, Schedule
+from paymanager.db.pool import Pool
+from paymanager.jobs import DeadJob, JobContext, PermanentError, Schedule
 from paymanager.logging import get_logger
+from paymanager.metrics import webhooks as webhook_metrics
 from paymanager.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
 
 log = get_logger("paymanager.webhooks")
@@ -132,7 +134,9 @@ class WebhookDeliverer:
             "Paymanager-Delivery-Id": work.id,
             "User-Agent": "paymanager-webhooks/1",
         }
-        return await self.sender.send(checked, body, headers)
+        result = await self.sender.send(checked, body, headers)
+        webhook_metrics.sent(result.latency_ms)
+        return result
 
     async def _record(self, ctx: JobContext, work: DeliveryWork, result: SendResult) -> dict[str, object]:
         now = self.payments.clock()
@@ -145,6 +149,7 @@ class WebhookDeliverer:
                     outcome=AttemptOutcome("succeeded", code, None, result.latency_ms, now, None),
                 )
                 await store.record_endpoint_success(endpoint_id=work.endpoint_id)
+            webhook_metrics.record("succeeded")
             return {"status_code": code}
         if code == 410:
             async with ctx.transaction() as conn:
@@ -155,6 +160,7 @@ class WebhookDeliverer:
                     "cancelled", code, f"{reason}: endpoint disabled", result.latency_ms, now, None
                 )
                 await store.record_attempt(delivery_id=work.id, outcome=outcome)
+            webhook_metrics.record("gone")
             log.warning("webhook endpoint disabled", endpoint_id=work.endpoint_id, reason=reason)
             return {"status_code": code, "endpoint": "disabled"}
         error = error or f"answered {code}"
@@ -173,6 +179,21 @@ class WebhookDeliverer:
                 "dead" if last else "retrying", code, error, result.latency_ms, now, next_at
             )
             await store.record_attempt(delivery_id=work.id, outcome=outcome)
+        webhook_metrics.record("dead" if last else "retrying")
         if last:
             raise PermanentError(f"delivery {work.id} dead after {ctx.attempt} attempts: {error}")
         raise DeliveryFailedError(f"delivery {work.id} attempt {ctx.attempt}: {error}")
+
+
+async def dead_letter_with_job(pool: Pool, job: DeadJob) -> str | None:
+    """A `webhook.deliver` job died without its handler recording the end (the rescuer gave up on
+    it after workers holding it stopped JOB_MAX_STALLED + 1 times): its delivery is dead too, or it
+    would stay pending with nothing left to try it, missing from the dead letters and their replay.
+    The id of the delivery so ended, if one was still unfinished."""
+    error = (job.error or {}).get("error") if isinstance(job.error, dict) else None
+    reason = f"its job {job.id} died: {error or 'no error recorded'}"[:ERROR_LENGTH_MAX]
+    async with pool.acquire() as conn:
+        ended = await WebhookStore(conn).dead_letter_for_job(job_id=job.id, reason=reason)
+    if ended is not None:
+        log.warning("webhook delivery dead with its job", delivery_id=ended, job_id=job.id)
+    return ended
