@@ -40,7 +40,7 @@ from paymanager.application.intents.events import EventPublisher, NoPublisher
 from paymanager.application.intents.invoice_sweep import INVOICE_QUEUE, SWEEP_KIND, invoice_sweep_handler
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle_handler
-from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
+from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler, joins_transactions
 from paymanager.application.psp.balance import BalanceMonitor
 from paymanager.application.psp.config import load_drivers
 from paymanager.application.psp.payout import (
@@ -152,6 +152,8 @@ class Components:
             with contextlib.suppress(Exception):
                 await driver.aclose()
         await self.ledger.close()
+        if self.payments.side_pool is not None:
+            await self.payments.side_pool.close()
         await self.webhook_sender.close()
         if self.sessions is not None:
             with contextlib.suppress(Exception):
@@ -177,6 +179,15 @@ async def build(
     ledger = await _step("connect the ledger", connect_ledger(settings, database))
     redis = await _step("connect Redis", connect_redis(settings))
     payments = _payments(settings, database, ledger, redis, process_id)
+    if not joins_transactions(ledger):
+        payments.side_pool = await _step(
+            "open the ledger decisions' pool",
+            database.open_pool(
+                max_size=settings.db_decision_pool_size,
+                statement_timeout_ms=settings.db_statement_timeout_ms,
+                application_name="paymanager:decisions",
+            ),
+        )
     await _step("prepare storage", storage.prepare(database.pool, settings))
     await _step("seed and verify system accounts", seed_system_accounts(payments))
     await _step("register channels", _register_channels(payments))

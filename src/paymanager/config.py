@@ -116,6 +116,12 @@ class Settings(BaseSettings):
     db_pool_max_size: int = Field(
         default=10, ge=1, le=200, description="Most connections per process (at least 4 with a job role)."
     )
+    db_decision_pool_size: int = Field(
+        default=4,
+        ge=1,
+        le=100,
+        description="Connections per process, apart from the pool, for TigerBeetle's ledger decisions.",
+    )
     db_statement_timeout_ms: int = Field(
         default=30_000, ge=0, le=3_600_000, description="statement_timeout of every pooled connection."
     )
