@@ -47,7 +47,10 @@ BOUNDED = (
 )  # fmt: skip
 
 # Every ordinary and partitioned table of the schema: its own size plus its partitions' (the members
-# of pg_partition_tree, which is empty for a table that is not partitioned); the same for its indexes.
+# of pg_partition_tree, which is empty for a table that is not partitioned). Every index counts under
+# the table at the root of its partition tree: a partitioned index with its partitions' indexes, and
+# an index made on one partition alone (no parent index: ledger_transfer's per-partition id index)
+# under the partitioned table, summed over the partitions that have one of that name but the suffix.
 SIZES = """
 SELECT c.relname AS name, 'table' AS kind, c.relname AS owner,
        (SELECT coalesce(sum(pg_table_size(t.relid)), 0)
@@ -55,14 +58,26 @@ SELECT c.relname AS name, 'table' AS kind, c.relname AS owner,
   FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
  WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition
 UNION ALL
-SELECT i.relname, 'index', c.relname,
-       (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)
-          FROM (SELECT i.oid AS relid UNION SELECT relid FROM pg_partition_tree(i.oid)) AS t)::bigint
-  FROM pg_index AS x
-  JOIN pg_class AS i ON i.oid = x.indexrelid
-  JOIN pg_class AS c ON c.oid = x.indrelid
-  JOIN pg_namespace AS n ON n.oid = c.relnamespace
- WHERE n.nspname = 'public' AND NOT c.relispartition AND NOT i.relispartition
+SELECT name, 'index', owner, sum(bytes)::bigint
+  FROM (SELECT CASE WHEN c.relispartition
+                    THEN 'per partition: ' || substr(i.relname, length(c.relname) + 2)
+                    ELSE i.relname END AS name,
+               root.relname AS owner,
+               (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)
+                  FROM (SELECT i.oid AS relid UNION SELECT relid FROM pg_partition_tree(i.oid)) AS t) AS bytes
+          FROM pg_index AS x
+          JOIN pg_class AS i ON i.oid = x.indexrelid
+          JOIN pg_class AS c ON c.oid = x.indrelid
+          JOIN pg_class AS root ON root.oid = coalesce(pg_partition_root(c.oid), c.oid)
+          JOIN pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'public' AND NOT i.relispartition) AS found
+ GROUP BY name, owner
+"""
+# Every index of the schema, whatever its table: what the rows above must add up to.
+ALL_INDEXES = """
+SELECT coalesce(sum(pg_relation_size(i.oid)), 0)::bigint
+  FROM pg_class AS i JOIN pg_namespace AS n ON n.oid = i.relnamespace
+ WHERE n.nspname = 'public' AND i.relkind = 'i'
 """
 
 
@@ -75,6 +90,9 @@ class Snapshot:
 async def snapshot(conn: asyncpg.Connection) -> Snapshot:
     await conn.execute("VACUUM")
     sizes = {(r["kind"], r["owner"], r["name"]): r["bytes"] for r in await conn.fetch(SIZES)}
+    counted = sum(size for (kind, _, _), size in sizes.items() if kind == "index")
+    every = await conn.fetchval(ALL_INDEXES)
+    assert counted == every, f"the indexes counted ({counted} B) are not all of the schema's ({every} B)"
     raw = {}
     for _, owner, _ in sizes:
         if owner not in raw:
