@@ -41,9 +41,12 @@ from tests.support.signed_client import SignedClient  # noqa: E402
 from paymanager.api.app import create_app  # noqa: E402
 
 VACUUM_EVERY = 200
-# Churning tables, bounded by time or count; ledger_account's rows (one per account) change in place.
+# Churning tables, bounded by time or count; ledger_account's rows (one per account) change in place;
+# ledger_pending keeps only the holds still open (migration 0205), so its size follows the holds open
+# at once, not the intents settled.
 BOUNDED = (
     "request_signature", "job", "job_queue", "job_periodic", "process", "ledger_account", "storage_upkeep",
+    "ledger_pending",
 )  # fmt: skip
 
 # Every ordinary and partitioned table of the schema: its own size plus its partitions' (the members
@@ -159,6 +162,29 @@ def report(before: Snapshot, after: Snapshot, count: int) -> None:
         print(f"{'TOTAL ' + group:46} {totals[group]:12.0f} {raw_totals[group]:8.0f}")
 
 
+# Row updates, and how many were HOT (no new index entry, the old version's space reused on its page),
+# per table over its partitions; the setup's updates (funding) are included.
+UPDATES = """
+SELECT coalesce(pg_partition_root(relid), relid)::regclass::text AS owner,
+       sum(n_tup_upd)::bigint AS updates, sum(n_tup_hot_upd)::bigint AS hot
+  FROM pg_stat_user_tables
+ GROUP BY 1
+HAVING sum(n_tup_upd) > 0
+ ORDER BY 1
+"""
+
+
+async def report_updates(url: str) -> None:
+    """Taken once every connection of the run is closed: a backend reports its counts as it exits."""
+    conn = await asyncpg.connect(url)
+    try:
+        print(f"{'updates (HOT) per table':46} {'updates':>12} {'HOT':>8}")
+        for row in await conn.fetch(UPDATES):
+            print(f"{row['owner']:46} {row['updates']:12} {row['hot']:8}")
+    finally:
+        await conn.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--intents", type=int, default=1000, help="Settled p2p intents to measure.")
@@ -200,6 +226,7 @@ async def main() -> None:
         report(before, after, args.intents)
         await components.close()
         await pool.close()
+        await report_updates(url)
     finally:
         await drop_database(url)
 
