@@ -124,7 +124,8 @@ async def test_the_storage_migrations_keep_every_row_of_an_existing_database(
             )
             # The hash is cut to the 16 bytes a replay of the same request now computes (0304).
             assert dict(kept) == {
-                "path": "/accounts", "status_code": 201, "response_body": '{"id": "x"}', "request_hash": b"h" * 16,
+                "path": "/accounts", "status_code": 201, "response_body": '{"id": "x"}',
+                "request_hash": b"h" * 16,
             }  # fmt: skip
         finally:
             await conn.close()
