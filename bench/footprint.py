@@ -11,7 +11,10 @@ an Idempotency-Key on each create and confirm) and lets the outbox worker settle
 taken after a plain `VACUUM` (no FULL: what a running system keeps, its freed space included) before
 and after the N intents (a VACUUM also runs after every 200 intents, as autovacuum would), and the
 difference divided by N is printed for every table (heap with its TOAST, free-space and visibility
-maps) and every index; a partitioned table counts all its partitions.
+maps) and every index; a partitioned table counts all its partitions, with their indexes (an index
+made on each partition alone, with no parent index, shows as `per partition: <name>`), and the
+script checks that the indexes it shows add up to every index of the schema. Last, the row updates
+of each table and how many of them were HOT (no new index entries).
 `raw` is the sum of `pg_column_size` of the rows' values (the data itself, without page, tuple
 header or index overhead), the yardstick of what the row must keep.
 
