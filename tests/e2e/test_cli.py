@@ -50,6 +50,8 @@ CONNECTING: dict[str, list[str]] = {
     "jobs max-depth": ["outbox", "10"],
     "jobs rate-limit": ["outbox", "10/1s"],
     "jobs concurrency": ["outbox", "2"],
+    "jobs waiting-events": ["outbox", "on"],
+    "jobs migrate": [],
     "jobs prune": [],
     "jobs stats": [],
     "ledger accounts": [],
