@@ -1,22 +1,23 @@
 -- name: decision_insert_many
--- The decisions of $1 (intent ids) not yet taken, then every decision of $1 (the earlier ones win).
+-- The decisions of $1 (intent ids) not yet taken, then every decision of $1 (the earlier ones win); a
+-- capture's decision carries the amount $7 and fee $8 it posts (NULL: the whole hold).
 WITH wanted AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[])
-        AS w(intent_id, action, status, reason)
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $7::bigint[], $8::bigint[])
+        AS w(intent_id, action, status, reason, amount, fee)
 ), inserted AS (
-    INSERT INTO ledger_decision (intent_id, action, status, reason, decided_by, decided_at)
-    SELECT intent_id, action, status, reason, $5, $6 FROM wanted
+    INSERT INTO ledger_decision (intent_id, action, status, reason, decided_by, decided_at, amount, fee)
+    SELECT intent_id, action, status, reason, $5, $6, amount, fee FROM wanted
     ON CONFLICT (intent_id) DO NOTHING
-    RETURNING intent_id, action, status, reason
+    RETURNING intent_id, action, status, reason, amount, fee
 )
-SELECT intent_id, action, status, reason FROM inserted
+SELECT intent_id, action, status, reason, amount, fee FROM inserted
 UNION ALL
-SELECT d.intent_id, d.action, d.status, d.reason
+SELECT d.intent_id, d.action, d.status, d.reason, d.amount, d.fee
   FROM ledger_decision d JOIN wanted w USING (intent_id)
  WHERE NOT EXISTS (SELECT 1 FROM inserted i WHERE i.intent_id = d.intent_id);
 
 -- name: decision_get
-SELECT intent_id, action, status, reason FROM ledger_decision WHERE intent_id = $1;
+SELECT intent_id, action, status, reason, amount, fee FROM ledger_decision WHERE intent_id = $1;
 
 -- name: hold_take
 -- The intent's hold id: the one recorded, else $2 (recorded now).

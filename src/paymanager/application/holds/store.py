@@ -10,6 +10,7 @@ import asyncpg
 
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
+from paymanager.domain.capture import Capture
 from paymanager.domain.intents import IntentStatus
 
 Q = load_queries("paymanager.application.holds", "holds.sql")
@@ -23,10 +24,15 @@ class Decision:
     post: bool
     status: IntentStatus
     reason: str | None
+    # A capture's part of the hold to post; None: all of it (or a void).
+    capture: Capture | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Decision:
-        return cls(row["intent_id"], row["action"] == "post", IntentStatus(row["status"]), row["reason"])
+        capture = None if row["amount"] is None else Capture(row["amount"], row["fee"])
+        return cls(
+            row["intent_id"], row["action"] == "post", IntentStatus(row["status"]), row["reason"], capture
+        )
 
 
 class DecisionStore:
@@ -42,6 +48,8 @@ class DecisionStore:
             Q["decision_insert_many"],
             [d.intent_id for d in wanted], ["post" if d.post else "void" for d in wanted],
             [d.status.value for d in wanted], [d.reason for d in wanted], decided_by, now,
+            [d.capture.amount if d.capture else None for d in wanted],
+            [d.capture.fee if d.capture else None for d in wanted],
         )  # fmt: skip
         found = {row["intent_id"]: Decision.from_row(row) for row in rows}
         for decision in wanted:
