@@ -26,7 +26,7 @@ from paymanager.application.services.use_cases import create_service
 from paymanager.db.pool import create_pool
 from paymanager.ledger import PostgresLedger
 from tests.integration.payments.conftest import Api, ledger_overrides, open_api
-from tests.support.databases import run_sync
+from tests.support.databases import DatabaseFactory, run_sync
 from tests.support.examples import examples
 from tests.support.intent_flows import confirmed_manual, funded_payer, intent_body, posted
 from tests.support.locks import wait_for_a_waiter_behind
@@ -42,7 +42,14 @@ async def api(request: pytest.FixtureRequest, pool: asyncpg.Pool, database_url: 
         pool, database_url, capture_window_sec=WINDOW_SEC, **ledger_overrides(request)
     ):
         opened.clock.now = datetime.now(UTC)
+        _stamp_on_the_test_clock(opened)
         yield opened
+
+
+def _stamp_on_the_test_clock(api: Api) -> None:
+    """Requests signed at the time the server's (moved) clock shows, so they are never stale."""
+    for client in (api.admin, api.client):
+        client.clock = lambda: api.clock().timestamp()
 
 
 async def _pair(api: Api, *, merchant: bool = False) -> tuple[str, str]:
@@ -213,6 +220,7 @@ async def test_another_service_cannot_capture_my_intent(api: Api, pool: asyncpg.
     async with pool.acquire() as conn:
         stranger, secret = await create_service(conn, api.payments.box, "stranger", admin=False)
     other = SignedClient(api.http, stranger.id, secret)
+    other.clock = api.client.clock
     refused = await other.post(f"/intents/{view['id']}/capture", {"amount": 1})
     assert refused.status_code == 404, refused.text
     assert (await _row(api, view["id"]))["status"] == "requires_capture"
@@ -425,7 +433,10 @@ class Model:
 
 async def _apply(api: Api, model: Model, intent_id: str, op: str, value: int | None) -> None:
     wanted = model.expected(op, value)
-    payload = None if value is None else {"amount": value}
+    # No amount: a capture without a body, a refund of `{}` (its route takes a body); both mean "all".
+    payload: dict[str, int] | None = None if value is None else {"amount": value}
+    if op == "refund" and payload is None:
+        payload = {}
     if op == "expire":
         assert api.clock.now is not None
         api.clock.now += timedelta(seconds=WINDOW_SEC)
@@ -447,20 +458,29 @@ async def _apply(api: Api, model: Model, intent_id: str, op: str, value: int | N
 
 
 async def _run_sequence(
-    pool_url: str, overrides: dict[str, object], channel: str, amount: int, ops: list[Op]
+    factory: DatabaseFactory, overrides: dict[str, object], channel: str, amount: int, ops: list[Op]
 ) -> None:
-    pool = await create_pool(pool_url, min_size=1, max_size=8)
-    opened = open_api(
-        pool, pool_url, capture_window_sec=WINDOW_SEC, worker_roles="api,outbox-worker", **overrides
-    )
+    """One example on a database of its own (the API's fixture services have fixed names)."""
+    url = await factory.create()
+    try:
+        await _run_on(url, overrides, channel, amount, ops)
+    finally:
+        await factory.drop(url)
+
+
+async def _run_on(url: str, overrides: dict[str, object], channel: str, amount: int, ops: list[Op]) -> None:
+    pool = await create_pool(url, min_size=1, max_size=8)
+    opened = open_api(pool, url, capture_window_sec=WINDOW_SEC, worker_roles="api,outbox-worker", **overrides)
     api = await opened.__anext__()
     try:
         api.clock.now = datetime.now(UTC)
+        _stamp_on_the_test_clock(api)
         payer = await funded_payer(api.payments, api.admin, api.client, amount=10_000)
         payee = await api.client.open_account("merchant" if channel == "merchant-invoice" else "user")
         view = await confirmed_manual(api.client, payer, payee, amount, channel=channel)
         model = Model(amount)
-        for op, value in ops:
+        # Past the deadline at the end, so an intent the ops left uncaptured ends too (its hold voided).
+        for op, value in [*ops, ("expire", None)]:
             await _apply(api, model, view["id"], op, value)
         await wait_until(lambda: _refunds_done(api, view["id"]))
         row = await _row(api, view["id"])
@@ -496,6 +516,10 @@ async def _refunds_done(api: Api, intent_id: str) -> bool:
     ops=OPS,
 )
 def test_random_captures_refunds_cancels_and_expiries_never_exceed_the_hold_and_verify(
-    request: pytest.FixtureRequest, database_url: str, channel: str, amount: int, ops: list[Op]
+    request: pytest.FixtureRequest,
+    database_factory: DatabaseFactory,
+    channel: str,
+    amount: int,
+    ops: list[Op],
 ) -> None:
-    run_sync(_run_sequence(database_url, ledger_overrides(request), channel, amount, ops))
+    run_sync(_run_sequence(database_factory, ledger_overrides(request), channel, amount, ops))

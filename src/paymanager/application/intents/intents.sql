@@ -30,7 +30,8 @@ SELECT * FROM intent WHERE id = $1 FOR UPDATE;
 UPDATE intent
    SET status = CASE capture_method WHEN 'manual' THEN 'requires_capture' ELSE 'confirmed' END,
        version = version + 1, confirmed_at = $2, updated_at = $2,
-       settle_deadline_at = CASE capture_method WHEN 'manual' THEN $5 ELSE $3 END, hold_id = $4
+       settle_deadline_at = CASE capture_method WHEN 'manual' THEN $5::timestamptz ELSE $3::timestamptz END,
+       hold_id = $4
  WHERE id = $1 AND status = 'created' AND (expires_at IS NULL OR expires_at > $2)
 RETURNING *;
 

@@ -59,16 +59,20 @@ CREATE INDEX intent_capture_due_idx ON intent (settle_deadline_at) WHERE status 
 ALTER TABLE settlement
     ADD CONSTRAINT settlement_status_check CHECK (status IN ('settled', 'failed', 'cancelled', 'expired'));
 
--- A capture's decision carries the amount and fee to post (NULL: the whole hold), so a capture that
--- crashed after deciding is finished with the amount it decided, by whoever comes next.
-ALTER TABLE ledger_decision
-    ADD COLUMN amount bigint CHECK (amount > 0),
-    ADD COLUMN fee bigint CHECK (fee >= 0),
-    DROP CONSTRAINT ledger_decision_status_check,
-    ADD CONSTRAINT ledger_decision_status_check
-        CHECK (status IN ('settled', 'failed', 'cancelled', 'expired')),
-    ADD CONSTRAINT ledger_decision_capture_check
-        CHECK ((amount IS NULL) = (fee IS NULL) AND (amount IS NULL OR action = 'post'));
+-- What a decision of `ledger_decision` (migration 0700, TigerBeetle's decide-then-apply) cannot say
+-- itself, for manual intents: the part of the hold a capture posts (NULL: all of it), or that a void
+-- ends an uncaptured hold as expired (its ledger_decision row says 'failed', which its CHECK allows).
+-- Written in the statement that inserts the decision (holds.sql `decision_insert_many`), so a capture
+-- that crashed after deciding is finished with the amount it decided, by whoever comes next. Its own
+-- table because 0700 comes after this migration; no foreign key, as for ledger_decision.
+CREATE TABLE ledger_decision_capture (
+    intent_id  uuid PRIMARY KEY,
+    amount     bigint CHECK (amount > 0),
+    fee        bigint CHECK (fee >= 0),
+    expired    boolean NOT NULL DEFAULT false,
+    CHECK ((amount IS NULL) = (fee IS NULL)),
+    CHECK ((amount IS NOT NULL) <> expired)
+);
 
 -- The schema refuses any status change the state machine does not draw (domain/intents.py).
 CREATE OR REPLACE FUNCTION intent_check_transition() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -89,23 +93,5 @@ BEGIN
             USING ERRCODE = 'check_violation', CONSTRAINT = 'intent_version';
     END IF;
     RETURN NEW;
-END
-$$;
-
--- The merchant's webhook of an intent status change also says how it is captured and what was.
-CREATE OR REPLACE FUNCTION intent_announce() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'UPDATE' AND NEW.status = OLD.status THEN
-        RETURN NULL;
-    END IF;
-    PERFORM webhook_enqueue(
-        NEW.service_id, 'intent.' || NEW.status,
-        jsonb_build_object(
-            'object', 'intent', 'intent_id', NEW.id, 'status', NEW.status, 'version', NEW.version,
-            'amount', NEW.amount, 'fee', NEW.fee, 'currency', NEW.currency, 'channel', NEW.channel,
-            'capture_method', NEW.capture_method, 'amount_captured', NEW.amount_captured,
-            'fee_captured', NEW.fee_captured, 'failure_reason', NEW.failure_reason, 'at', NEW.updated_at),
-        NEW.updated_at);
-    RETURN NULL;
 END
 $$;
