@@ -364,6 +364,7 @@ async def test_a_capture_that_crashed_after_deciding_is_finished_with_the_amount
     cancel = await api.client.post(f"/intents/{intent_id}/cancel")
     assert (cancel.status_code, cancel.json()["error"]["code"]) == (409, "invalid_transition")
     api.clock.now = datetime.now(UTC) + timedelta(seconds=api.payments.settings.capture_window_sec)
+    api.client.clock = lambda: api.clock().timestamp()  # requests signed on the moved clock
     assert (await sweep(api.payments)).captures_expired == 1
     shown = (await api.client.get(f"/intents/{intent_id}")).json()
     assert (shown["status"], shown["amount_captured"], shown["fee_captured"]) == ("settled", 600, 3)
