@@ -12,7 +12,9 @@ from prometheus_client import REGISTRY
 import paymanager.api.errors
 import paymanager.api.http_metrics
 import paymanager.jobs.metrics
-import paymanager.ledger.metrics  # noqa: F401
+import paymanager.ledger.metrics
+import paymanager.metrics.psp
+import paymanager.metrics.webhooks  # noqa: F401
 from paymanager.application.admin.gauges import register_gauges
 from paymanager.metrics import QUERY_GAUGES
 

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paymanager import __version__
 from paymanager import metrics as prometheus
@@ -31,6 +32,34 @@ PAGES_POLICY = (
 )
 
 
+class PagesPolicyMiddleware:
+    """The pages for people load nothing from elsewhere: ReDoc's bundle still asks a CDN for its
+    logo, which this policy stops in the browser before any request leaves the machine.
+
+    Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware runs every
+    request, API calls included, through a task group and a streamed copy of the response.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(HTML_PAGES):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_policy(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [
+                    (k, v) for k, v in message.get("headers", []) if k.lower() != b"content-security-policy"
+                ]
+                headers.append((b"content-security-policy", PAGES_POLICY.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_policy)
+
+
 def create_app(components: Components) -> FastAPI:
     """The app of one process's components; the payments routes need its api role (the event hub)."""
     # Swagger UI and ReDoc from the assets fastapi-offline ships in its wheel: the docs work with no
@@ -45,14 +74,7 @@ def create_app(components: Components) -> FastAPI:
     _serve_redoc(app)
     app.add_middleware(HttpMetricsMiddleware)
 
-    @app.middleware("http")
-    async def local_assets_only(request: Request, call_next: Any) -> Response:
-        # The pages for people load nothing from elsewhere: ReDoc's bundle still asks a CDN for its
-        # logo, which this policy stops in the browser before any request leaves the machine.
-        response: Response = await call_next(request)
-        if request.url.path.startswith(HTML_PAGES):
-            response.headers["Content-Security-Policy"] = PAGES_POLICY
-        return response
+    app.add_middleware(PagesPolicyMiddleware)
 
     app.state.components = components
     install_error_handlers(app)
@@ -102,7 +124,10 @@ def create_app(components: Components) -> FastAPI:
         if components.settings.sessions_enabled and components.sessions is not None:
             install_sessions_api(app, components.sessions)
         # Imported here: the dashboard's templates load only where the api role runs.
-        from paymanager.api.dashboard import install_dashboard
+        from paymanager.api.dashboard import (
+            install_dashboard,
+            psp_pages,  # noqa: F401 - its pages join DASHBOARD_ROUTERS
+        )
 
         install_dashboard(app, components)
     return app

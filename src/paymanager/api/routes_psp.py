@@ -12,6 +12,8 @@ from pydantic import BaseModel, Field
 
 from paymanager.api.auth import require_admin
 from paymanager.api.idempotent import run_idempotent
+from paymanager.application.admin import ops
+from paymanager.application.admin.use_cases import Actor
 from paymanager.application.context import Payments
 from paymanager.application.intents import events
 from paymanager.application.psp import review
@@ -52,16 +54,16 @@ async def show_psp(
         return (await review.get_tx(conn, tx_id)).view()
 
 
-@router.post("/admin/psp/{tx_id}/resolve", summary="Resolve a PSP transaction in MANUAL_REVIEW")
+@router.post("/admin/psp/{tx_id}/resolve", summary="Resolve a PSP transaction in MANUAL_REVIEW (audited)")
 async def resolve_psp(
     tx_id: uuid.UUID, body: Resolution, request: Request, caller: ServiceIdentity = Security(require_admin)
 ) -> Response:
     payments: Payments = request.app.state.payments
 
     async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any]:
-        resolved = await review.resolve(
-            payments, conn, tx_id, completed_ref=body.completed, failed_reason=body.failed,
-            by=f"api:{caller.id}", pending=pending.published,
+        resolved = await ops.resolve_psp(
+            payments, conn, Actor(caller.id, "api"), tx_id, completed_ref=body.completed,
+            failed_reason=body.failed, pending=pending.published,
         )  # fmt: skip
         return 200, resolved.view()
 

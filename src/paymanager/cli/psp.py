@@ -99,7 +99,8 @@ def resolve(
     by = f"cli:{getpass.getuser()}@{socket.gethostname()}"
 
     async def run() -> dict[str, object]:
-        from paymanager.application.psp import review
+        from paymanager.application.admin import ops
+        from paymanager.application.admin.use_cases import Actor
         from paymanager.bootstrap import build
 
         # The components of a process with no role: the ledger, channels and system accounts that a
@@ -109,10 +110,10 @@ def resolve(
             components = await build(headless, database, process_id=by, reconcile_intents=False)
             pending: list[Event] = []
             try:
-                async with database.pool.acquire() as conn, conn.transaction():
-                    resolved = await review.resolve(
-                        components.payments, conn, parsed, completed_ref=completed, failed_reason=failed,
-                        by=by, pending=pending,
+                async with database.pool.acquire() as conn:
+                    resolved = await ops.resolve_psp(
+                        components.payments, conn, Actor.cli(), parsed, completed_ref=completed,
+                        failed_reason=failed, pending=pending,
                     )  # fmt: skip
                 for event in pending:
                     await publish(components.payments, event)

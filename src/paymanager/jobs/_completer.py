@@ -93,7 +93,7 @@ class Completer:
         jobs/batch.py) go out together on the next turn: a NOTIFY is a transaction of its own, whose
         commit flushes the WAL under PostgreSQL's one cluster-wide NOTIFY lock, so one per job
         serialised every NOTIFYing commit of the database behind 25 of them per group."""
-        metrics.COMPLETED.labels(ctx.queue).inc()
+        metrics.count(metrics.COMPLETED, ctx.queue)
         self._completed_events.append(JobEvent("completed", ctx.id, ctx.kind, ctx.queue, ctx.attempt))
         if len(self._completed_events) == 1:
             asyncio.get_running_loop().call_soon(self._publish_completed)
@@ -168,9 +168,12 @@ class Completer:
         self, batch: list[tuple[JobContext, Completion]], done: set[int], events: list[JobEvent]
     ) -> None:
         """Account for completions written (by `_complete` or piggybacked on a claim)."""
+        per_queue: dict[str, int] = {}
         for ctx, _ in batch:
             if ctx.id in done:
-                metrics.COMPLETED.labels(ctx.queue).inc()
+                per_queue[ctx.queue] = per_queue.get(ctx.queue, 0) + 1
+        for queue, n in per_queue.items():
+            metrics.count(metrics.COMPLETED, queue, n)
         if len(done) == len(batch) and not self._events.has_redis:
             return  # The common case: every completion written, the NOTIFY sent by the statement.
         for ctx, _ in batch:
@@ -235,8 +238,8 @@ class Completer:
 
 def _count_failure(queue: str, failure: Failure) -> None:
     if failure.error is not None:
-        metrics.FAILED.labels(queue).inc()
+        metrics.count(metrics.FAILED, queue)
     if failure.state is JobState.RETRYABLE:
-        metrics.RETRIED.labels(queue).inc()
+        metrics.count(metrics.RETRIED, queue)
     elif failure.state is JobState.DEAD:
-        metrics.DEAD.labels(queue).inc()
+        metrics.count(metrics.DEAD, queue)

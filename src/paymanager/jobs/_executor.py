@@ -69,7 +69,7 @@ class JobExecutor:
                 try:
                     value = await self._call(ctx, spec)
                 finally:
-                    metrics.RUN_SECONDS.labels(ctx.queue).observe(time.perf_counter() - started)
+                    metrics.observe(metrics.RUN_SECONDS, ctx.queue, time.perf_counter() - started)
             except asyncio.CancelledError:
                 if held.timed_out:
                     raise TimeoutError(f"job {ctx.id} ran past its timeout") from None

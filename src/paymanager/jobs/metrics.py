@@ -6,6 +6,8 @@ the sum over the cluster's processes is the number of outcomes in the table."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Histogram
 
 # From a quick claim to hours of backlog (seconds).
@@ -32,3 +34,24 @@ WAIT_SECONDS = Histogram(
 RUN_SECONDS = Histogram(
     "paymanager_job_run_seconds", "How long a job's handler ran, per attempt.", ["queue"], buckets=RUN_BUCKETS
 )
+
+
+# A queue's child of each series, looked up once: `Metric.labels()` validates and hashes the label
+# values on every call, which costs more than the increment itself at a worker's rate of jobs.
+_children: dict[tuple[int, str], Any] = {}
+
+
+def _child(metric: Counter | Histogram, queue: str) -> Any:
+    key = (id(metric), queue)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(queue)
+    return child
+
+
+def count(metric: Counter, queue: str, n: int = 1) -> None:
+    _child(metric, queue).inc(n)
+
+
+def observe(metric: Histogram, queue: str, seconds: float) -> None:
+    _child(metric, queue).observe(seconds)

@@ -26,6 +26,17 @@ async def test_health_and_docs_need_no_signature(api: Api) -> None:
         assert (await api.http.get(path)).status_code == 200, path
 
 
+async def test_pages_for_people_carry_the_content_policy_and_api_answers_do_not(api: Api) -> None:
+    # The policy keeps ReDoc's CDN logo (and anything else) from loading in a browser.
+    for path in ("/docs", "/redoc", "/dashboard/login"):
+        response = await api.http.get(path)
+        assert "default-src 'self'" in response.headers.get("content-security-policy", ""), path
+        assert len(response.headers.get_list("content-security-policy")) == 1, path
+    for path in ("/livez", "/openapi.json"):
+        assert "content-security-policy" not in (await api.http.get(path)).headers, path
+    assert "content-security-policy" not in (await api.client.get("/intents")).headers
+
+
 async def test_each_missing_header_is_named(api: Api) -> None:
     headers = api.client.headers_for("GET", "/intents", b"")
     for missing in ("X-Service-Id", "X-Timestamp", "X-Signature"):

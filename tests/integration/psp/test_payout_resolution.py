@@ -1,10 +1,14 @@
 """Manual review resolved both ways: over `/admin/psp` (admin scope) and with `paymanager psp resolve`;
-each resolution audited on the row, each settles the intent once, and a wrong one changes nothing."""
+each resolution audited on the row and in `admin_audit` (a refused one writes no audit row), each
+settles the intent once, and a wrong one changes nothing."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
+
+import orjson
 
 from tests.integration.psp.conftest import PayoutApi
 from tests.support.processes import paymanager_env, run_cli
@@ -45,6 +49,10 @@ async def test_resolved_completed_over_http_posts_the_hold_and_is_audited(payout
     again = await payouts.admin.post(f"/admin/psp/{tx_id}/resolve", {"failed": "changed my mind"})
     assert again.status_code == 409, again.text
     assert (await payouts.intent(intent_id))["status"] == "settled"
+    audit = await _audit(payouts, tx_id)
+    assert [(a["actor"], a["via"], a["before"], a["after"]["state"]) for a in audit] == [
+        (payouts.admin.service_id, "api", {"state": "MANUAL_REVIEW"}, "COMPLETED")
+    ], "one audit row: the refused attempts wrote none"
     missing = await payouts.admin.get(f"/admin/psp/{uuid.uuid4()}")
     assert missing.status_code == 404
 
@@ -72,3 +80,20 @@ async def test_resolved_failed_with_the_cli_voids_the_hold(payouts: PayoutApi, d
     second = await asyncio.to_thread(run_cli, ["psp", "resolve", tx_id, "--completed", "X"], env)
     assert second.returncode == 1
     assert "MANUAL_REVIEW" in second.stderr
+    audit = await _audit(payouts, tx_id)
+    assert [(a["via"], a["after"]["state"], a["after"]["resolution"]) for a in audit] == [
+        ("cli", "FAILED", "failed: bank returned it")
+    ]
+    assert audit[0]["actor"] == row["resolved_by"]
+
+
+async def _audit(payouts: PayoutApi, tx_id: str) -> list[dict[str, Any]]:
+    async with payouts.payments.pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT actor, via, before, after FROM admin_audit WHERE action = 'psp.resolve' AND target = $1",
+            f"psp_tx:{tx_id}",
+        )
+    return [
+        {k: orjson.loads(v) if isinstance(v, str) and k in ("before", "after") else v for k, v in r.items()}
+        for r in rows
+    ]

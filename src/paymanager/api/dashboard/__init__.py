@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +27,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from itsdangerous import BadSignature, URLSafeTimedSerializer
-from prometheus_client import REGISTRY
 
 from paymanager.api.errors import ApiError, error_response
+from paymanager.application.admin import ops
 from paymanager.application.admin import use_cases as admin
 from paymanager.application.admin.store import IntentFilter
 from paymanager.application.context import Payments
@@ -53,6 +52,8 @@ NAV: list[tuple[str, str]] = [
     ("/dashboard/jobs?state=dead", "Dead letters"),
     ("/dashboard/jobs", "Jobs"),
     ("/dashboard/intents", "Intents"),
+    ("/dashboard/psp", "PSP review"),
+    ("/dashboard/balances", "Balances"),
     ("/dashboard/audit", "Audit"),
 ]
 
@@ -212,33 +213,24 @@ async def logout(_: Session = Depends(require_csrf)) -> Response:
 # --- queues ------------------------------------------------------------------------------------
 
 
-def _throughput() -> dict[str, float]:
-    """Completed jobs per minute per queue of this process, from its counter since start."""
-    uptime_min = max(1e-9, (time.time() - _STARTED) / 60)
-    rates: dict[str, float] = {}
-    for metric in REGISTRY.collect():
-        if metric.name == "paymanager_jobs_completed":
-            for sample in metric.samples:
-                if sample.name.endswith("_total"):
-                    rates[sample.labels["queue"]] = sample.value / uptime_min
-    return rates
-
-
-_STARTED = time.time()
+async def _queues(request: Request) -> dict[str, Any]:
+    """The queues with their depth and age, and their throughput over the cluster (from the completed
+    jobs in the database, so every api process shows the same figure)."""
+    payments = _payments(request)
+    async with payments.pool.acquire() as conn:
+        views = await admin.queues(conn)
+        rates = await ops.throughput(conn, kept_max=payments.settings.job_retention_completed_count)
+    return {"queues": views, "throughput": rates, "window_min": ops.THROUGHPUT_WINDOW_S // 60}
 
 
 @router.get("")
 async def queues_page(request: Request, session: Session = Depends(require_session)) -> HTMLResponse:
-    async with _payments(request).pool.acquire() as conn:
-        views = await admin.queues(conn)
-    return render(request, "queues.html", session, queues=views, throughput=_throughput())
+    return render(request, "queues.html", session, **await _queues(request))
 
 
 @router.get("/queues-table")
 async def queues_table(request: Request, session: Session = Depends(require_session)) -> HTMLResponse:
-    async with _payments(request).pool.acquire() as conn:
-        views = await admin.queues(conn)
-    return render(request, "queues_table.html", session, queues=views, throughput=_throughput())
+    return render(request, "queues_table.html", session, **await _queues(request))
 
 
 @router.post("/queues/{name}/{action}")
@@ -381,26 +373,13 @@ async def intents_page(
 async def intent_page(
     intent_id: uuid.UUID, request: Request, session: Session = Depends(require_session)
 ) -> Response:
-    async with _payments(request).pool.acquire() as conn:
+    payments = _payments(request)
+    async with payments.pool.acquire() as conn:
         found = await admin.search_intents(conn, IntentFilter(intent_id=intent_id), limit=1)
-        jobs = await admin.list_jobs(conn, admin.JobFilter(intent_id=intent_id), limit=100)
-    if not found:
+        timeline = await ops.intent_timeline(payments, conn, intent_id)
+    if not found or timeline is None:
         return _back("/dashboard/intents", f"no intent {intent_id}")
-    intent = found[0]
-    timeline: list[tuple[Any, str]] = [(intent.created_at, f"created ({intent.channel})")]
-    for job in jobs:
-        timeline.append((job["created_at"], f"job {job['id']} {job['kind']} enqueued"))
-        if job.get("finalized_at"):
-            timeline.append((job["finalized_at"], f"job {job['id']} {job['state']}"))
-    if intent.finished_at is not None:
-        timeline.append(
-            (
-                intent.finished_at,
-                f"{intent.status}" + (f": {intent.failure_reason}" if intent.failure_reason else ""),
-            )
-        )
-    timeline.sort(key=lambda item: item[0])
-    return render(request, "intent.html", session, intent=intent, jobs=jobs, timeline=timeline)
+    return render(request, "intent.html", session, intent=found[0], timeline=timeline)
 
 
 @router.get("/audit")

@@ -1,9 +1,11 @@
-"""The query gauges of jobs, intents and the ledger's last verification (see `paymanager.metrics`)."""
+"""The query gauges of jobs, intents and the ledger's last verification (see `paymanager.metrics`),
+and those of the PSP step, the balance monitor, the webhooks and the sessions (`ops.py`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from paymanager.application.admin.ops import register_ops_gauges
 from paymanager.application.admin.store import AdminStore
 from paymanager.application.admin.use_cases import VERIFY_FACT
 from paymanager.db.pool import Conn
@@ -45,6 +47,7 @@ async def _verify_at(conn: Conn) -> Sequence[Sample]:
 
 
 def register_gauges(gauges: QueryGauges) -> None:
+    register_ops_gauges(gauges)
     gauges.register(QueryGauge("paymanager_jobs", "Jobs by queue and state.", ("queue", "state"), _jobs))
     gauges.register(
         QueryGauge(

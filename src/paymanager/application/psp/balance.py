@@ -22,6 +22,7 @@ from paymanager.application import ledger_ops
 from paymanager.application.context import Payments
 from paymanager.application.psp.store import PspStore
 from paymanager.logging import get_logger
+from paymanager.metrics import psp as psp_metrics
 
 log = get_logger("paymanager.balance")
 
@@ -105,7 +106,9 @@ class BalanceMonitor:
         partner: int | None = None
         error: str | None = None
         try:
-            partner = await self.drivers[psp].partner_balance(currency)
+            partner = await psp_metrics.timed(
+                psp, "partner_balance", self.drivers[psp].partner_balance(currency)
+            )
         except PspError as exc:
             error = str(exc)
         state = FAILED if partner is None else classify(ledger_balance, partner, self.thresholds)

@@ -35,6 +35,7 @@ from paymanager.domain.intents import IntentStatus
 from paymanager.domain.psp import PspOutcome, PspState, mask, state_of
 from paymanager.jobs import JobContext, PermanentError, RateLimitedError, enqueue
 from paymanager.logging import get_logger
+from paymanager.metrics import psp as psp_metrics
 
 log = get_logger("paymanager.psp")
 
@@ -125,20 +126,20 @@ class Payout:
                 tx = await self._move(tx, PspState.QUERY_PENDING)
             elif tx.state is PspState.QUERY_PENDING:
                 # The beneficiary check moves no money: asking again after a crash is safe.
-                result = await self._call(tx, self.driver.query(order_of(tx)))
+                result = await self._call(tx, "query", self.driver.query(order_of(tx)))
                 if not result.accepted:
                     await self._end(tx, PspState.FAILED, None, f"beneficiary refused: {result.reason}")
                     return
                 tx = await self._move(tx, PspState.QUERIED, query_ref=result.query_ref)
             elif tx.state is PspState.QUERIED:
                 tx = await self._move(tx, PspState.CONFIRM_PENDING)
-                answer = await self._call(tx, self.driver.transfer(order_of(tx)))
+                answer = await self._call(tx, "transfer", self.driver.transfer(order_of(tx)))
                 tx = await self._answered(tx, answer)
             else:  # CONFIRM_PENDING found (after a crash or a timeout) or IN_PROGRESS: ask first
-                answer = await self._call(tx, self.driver.inquire(order_of(tx)))
+                answer = await self._call(tx, "inquire", self.driver.inquire(order_of(tx)))
                 if answer.outcome is PspOutcome.NOT_FOUND and self.driver.resends_safely:
                     # The PSP deduplicates by our key: sending the same order again cannot pay twice.
-                    answer = await self._call(tx, self.driver.transfer(order_of(tx)))
+                    answer = await self._call(tx, "transfer", self.driver.transfer(order_of(tx)))
                 tx = await self._answered(tx, answer)
 
     async def _answered(self, tx: PspTx, answer: TransferResult) -> PspTx:
@@ -157,9 +158,9 @@ class Payout:
         await self._end(tx, target, answer.reference, answer.reason)
         return await self._load()
 
-    async def _call(self, tx: PspTx, call: Awaitable[T]) -> T:
+    async def _call(self, tx: PspTx, operation: psp_metrics.Operation, call: Awaitable[T]) -> T:
         try:
-            return await call
+            return await psp_metrics.timed(tx.psp, operation, call)
         except PspRateLimitedError as exc:
             raise RateLimitedError(exc.retry_after_ms, f"{self.driver.name} asked to wait") from exc
         except (PspUnavailableError, PspError) as exc:
@@ -181,6 +182,7 @@ class Payout:
     async def _to_review(self, tx: PspTx, reason: str, *, attempts: int | None = None) -> None:
         moved = await self._store_move(tx, PspState.MANUAL_REVIEW, attempts=attempts, last_error=reason)
         if moved is not None:
+            psp_metrics.PAYOUTS.labels(tx.psp, PspState.MANUAL_REVIEW.value).inc()
             log.error("PSP transaction needs manual review", psp=tx.psp, psp_tx_id=str(tx.id),
                       intent_id=str(tx.intent_id), reason=reason)  # fmt: skip
 
@@ -207,6 +209,8 @@ class Payout:
             updated = await end_payout(self.payments, conn, tx, state, reference=reference, reason=reason)
             await self.ctx.complete_in(conn)
         if updated is not None:
+            # The intent changed: this run ended the payout (a run that finds it ended changes nothing).
+            psp_metrics.PAYOUTS.labels(tx.psp, state.value).inc()
             await publish(self.payments, updated)
 
 

@@ -22,6 +22,7 @@ from paymanager.db.pool import Conn
 from paymanager.domain.psp import RANK, SUBMITTED, PspOutcome, PspState, state_of
 from paymanager.jobs import JobContext, PermanentError, enqueue
 from paymanager.logging import get_logger
+from paymanager.metrics import psp as psp_metrics
 
 log = get_logger("paymanager.psp.webhooks")
 
@@ -67,6 +68,8 @@ def webhook_handler(payments: Payments) -> Callable[[JobContext], Awaitable[None
             log.error("PSP webhook refused: non-positive amount", psp=psp, event_id=event_id, amount=amount)
             raise PermanentError(f"PSP webhook {psp}/{event_id} has a non-positive amount ({amount})")
         if published is not None:
+            # The webhook ended the payout (its intent changed), as a worker's run would have.
+            psp_metrics.PAYOUTS.labels(psp, outcome.removeprefix("applied: ")).inc()
             await publish(payments, published)
 
     return handle

@@ -23,6 +23,7 @@ from paymanager.application.webhooks.address_guard import AddressGuard, CheckedU
 from paymanager.application.webhooks.store import AttemptOutcome, DeliveryWork, WebhookStore
 from paymanager.jobs import JobContext, PermanentError, Schedule
 from paymanager.logging import get_logger
+from paymanager.metrics import webhooks as webhook_metrics
 from paymanager.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
 
 log = get_logger("paymanager.webhooks")
@@ -132,7 +133,9 @@ class WebhookDeliverer:
             "Paymanager-Delivery-Id": work.id,
             "User-Agent": "paymanager-webhooks/1",
         }
-        return await self.sender.send(checked, body, headers)
+        result = await self.sender.send(checked, body, headers)
+        webhook_metrics.sent(result.latency_ms)
+        return result
 
     async def _record(self, ctx: JobContext, work: DeliveryWork, result: SendResult) -> dict[str, object]:
         now = self.payments.clock()
@@ -145,6 +148,7 @@ class WebhookDeliverer:
                     outcome=AttemptOutcome("succeeded", code, None, result.latency_ms, now, None),
                 )
                 await store.record_endpoint_success(endpoint_id=work.endpoint_id)
+            webhook_metrics.record("succeeded")
             return {"status_code": code}
         if code == 410:
             async with ctx.transaction() as conn:
@@ -155,6 +159,7 @@ class WebhookDeliverer:
                     "cancelled", code, f"{reason}: endpoint disabled", result.latency_ms, now, None
                 )
                 await store.record_attempt(delivery_id=work.id, outcome=outcome)
+            webhook_metrics.record("gone")
             log.warning("webhook endpoint disabled", endpoint_id=work.endpoint_id, reason=reason)
             return {"status_code": code, "endpoint": "disabled"}
         error = error or f"answered {code}"
@@ -173,6 +178,7 @@ class WebhookDeliverer:
                 "dead" if last else "retrying", code, error, result.latency_ms, now, next_at
             )
             await store.record_attempt(delivery_id=work.id, outcome=outcome)
+        webhook_metrics.record("dead" if last else "retrying")
         if last:
             raise PermanentError(f"delivery {work.id} dead after {ctx.attempt} attempts: {error}")
         raise DeliveryFailedError(f"delivery {work.id} attempt {ctx.attempt}: {error}")
