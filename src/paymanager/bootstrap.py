@@ -68,12 +68,14 @@ from paymanager.application.webhooks.deliver import (
     WEBHOOK_QUEUE,
     EndpointSlots,
     WebhookDeliverer,
+    dead_letter_with_job,
 )
 from paymanager.config import Settings
 from paymanager.db.database import Database
 from paymanager.domain.channels import DEFAULT_CHANNELS, ChannelRegistry
 from paymanager.jobs import (
     OUTBOX_SCHEDULE,
+    DeadHook,
     DeadJob,
     MaintenanceOptions,
     PeriodicJob,
@@ -408,7 +410,7 @@ def psp_worker(
         heartbeat_interval_ms=min(settings.job_heartbeat_interval_ms, lease_sec * 1000 // 3),
         poll_interval_ms=settings.psp_poll_interval_ms,
     )
-    return Worker(database.pool, database, registry, queues, options, on_dead=log_dead_job)
+    return Worker(database.pool, database, registry, queues, options, on_dead=dead_job_hook(database))
 
 
 def job_worker(
@@ -460,7 +462,19 @@ def job_worker(
     if sessions is not None:
         _register_sessions(registry, queues, settings, sessions)
     options = worker_options(settings, process_id)
-    return Worker(database.pool, database, registry, queues, options, on_dead=log_dead_job)
+    return Worker(database.pool, database, registry, queues, options, on_dead=dead_job_hook(database))
+
+
+def dead_job_hook(database: Database) -> DeadHook:
+    """The engine's on-dead hook of every worker and maintenance: the log line, and a webhook
+    delivery whose job died dead-lettered with it."""
+
+    async def on_dead(job: DeadJob) -> None:
+        await log_dead_job(job)
+        if job.kind == DELIVER_KIND:
+            await dead_letter_with_job(database.pool, job)
+
+    return on_dead
 
 
 async def log_dead_job(job: DeadJob) -> None:
@@ -529,4 +543,4 @@ def maintenance(settings: Settings, database: Database) -> Maintenance:
             ),
         ),
     )
-    return Maintenance(database.pool, database, options, on_dead=log_dead_job)
+    return Maintenance(database.pool, database, options, on_dead=dead_job_hook(database))

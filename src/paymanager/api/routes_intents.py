@@ -156,9 +156,15 @@ async def get(
     payments: Payments = request.app.state.payments
     async with payments.pool.acquire() as conn:
         intent = await get_intent(conn, caller, intent_id)
+        tx = None
+        if intent.channel in PAYOUT_CHANNELS:
+            # The PSP's outcome and the intent's status commit together (end_payout): both read in
+            # one snapshot, or a payout settling between two reads shows `confirmed` beside its
+            # transfer's COMPLETED (seen by the whole-service chaos test).
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                intent = await get_intent(conn, caller, intent_id)
+                tx = await PspStore(conn).by_intent(intent_id=intent.id)
         view = intent_view(intent)
-        payout = intent.channel in PAYOUT_CHANNELS
-        tx = await PspStore(conn).by_intent(intent_id=intent.id) if payout else None
     if tx is not None:
         view["psp"] = {"psp": tx.psp, "state": tx.state.value, "reference": tx.confirm_ref,
                        "attempts": tx.attempts, "last_error": tx.last_error}  # fmt: skip

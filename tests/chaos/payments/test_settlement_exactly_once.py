@@ -3,95 +3,26 @@ is still settled exactly once: one settlement row each, and ledger balances that
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import time
-import uuid
-
 import asyncpg
 import pytest
 
-from paymanager.application.accounts.use_cases import OpenAccount, open_account
-from paymanager.application.context import Payments
-from paymanager.application.intents.confirm import confirm_intent
-from paymanager.application.intents.create import IntentRequest, create_intent
-from paymanager.application.intents.events import Pending
-from paymanager.application.intents.settle import settle
 from paymanager.application.ledger_ops import balance
-from paymanager.application.services.use_cases import ServiceIdentity, create_service
-from paymanager.domain.channels import AccountKind
+from paymanager.application.services.use_cases import create_service
 from tests.integration.payments.conftest import build_components
 from tests.support.processes import PaymanagerProcess, paymanager_env
+from tests.support.settlement_chaos import (
+    AMOUNT,
+    confirm_p2p_intents,
+    seed_parties,
+    wait_holding,
+    wait_settled,
+)
 
 pytestmark = pytest.mark.slow
 
 INTENTS = 2_000
 PAYERS = 20
-AMOUNT = 100
 FUNDING = 1_000_000
-BATCH = 100
-
-
-async def _seed(
-    payments: Payments, caller: ServiceIdentity, admin: ServiceIdentity
-) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
-    payers, payees = [], []
-    async with payments.pool.acquire() as conn, conn.transaction():
-        for _ in range(PAYERS):
-            payers.append(
-                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB"))).id
-            )
-            payees.append(
-                (await open_account(payments, conn, caller, OpenAccount(AccountKind.USER, "THB"))).id
-            )
-        for payer in payers:
-            top_up = IntentRequest("admin-transfer", FUNDING, "THB", payee_account_id=payer)
-            row = await create_intent(payments, conn, admin, top_up, [])
-            await confirm_intent(payments, conn, admin, row.id, Pending())
-            await settle(payments, conn, row.id, settled_by="test")
-    return payers, payees
-
-
-async def _create_and_confirm(
-    payments: Payments, caller: ServiceIdentity, payers: list[uuid.UUID], payees: list[uuid.UUID]
-) -> None:
-    for start in range(0, INTENTS, BATCH):
-        async with payments.pool.acquire() as conn, conn.transaction():
-            for i in range(start, start + BATCH):
-                request = IntentRequest("internal-p2p", AMOUNT, "THB", payers[i % PAYERS], payees[i % PAYERS])
-                row = await create_intent(payments, conn, caller, request, [])
-                await confirm_intent(payments, conn, caller, row.id, Pending())
-
-
-async def _count(pool: asyncpg.Pool, status: str) -> int:
-    return int(
-        await pool.fetchval(
-            "SELECT count(*) FROM intent WHERE channel = 'internal-p2p' AND status = $1", status
-        )
-    )
-
-
-async def _wait_settled(pool: asyncpg.Pool, at_least: int, timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
-    settled = await _count(pool, "settled")
-    while settled < at_least and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        settled = await _count(pool, "settled")
-    return settled
-
-
-async def _wait_holding(pool: asyncpg.Pool, process: PaymanagerProcess, timeout_s: float) -> bool:
-    """Whether `process` was seen holding running settlement jobs within `timeout_s`."""
-    owner = f"{socket.gethostname()}.{process.proc.pid}"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        held = await pool.fetchval(
-            "SELECT count(*) FROM job WHERE state = 'running' AND lease_owner = $1", owner
-        )
-        if held:
-            return True
-        await asyncio.sleep(0.002)
-    return False
 
 
 async def test_killed_worker_does_not_make_any_intent_settle_twice(
@@ -101,20 +32,20 @@ async def test_killed_worker_does_not_make_any_intent_settle_twice(
     async with pool.acquire() as conn:
         admin, _ = await create_service(conn, payments.box, "chaos-admin", admin=True)
         caller, _ = await create_service(conn, payments.box, "chaos-shop", admin=False)
-    payers, payees = await _seed(payments, caller, admin)
-    await _create_and_confirm(payments, caller, payers, payees)
+    parties = await seed_parties(payments, caller, admin, PAYERS, FUNDING)
+    await confirm_p2p_intents(payments, caller, parties, INTENTS)
     env = paymanager_env(
         database_url, WORKER_ROLES="outbox-worker", JOB_LEASE_MS="2000", JOB_HEARTBEAT_INTERVAL_MS="500",
         JOB_RESCUE_INTERVAL_MS="500", DB_POOL_MAX_SIZE="6", OUTBOX_BATCH_SIZE="50", OUTBOX_CONCURRENCY="20",
     )  # fmt: skip
     victim, survivor = PaymanagerProcess(env), PaymanagerProcess(env)
     try:
-        assert await _wait_settled(pool, INTENTS // 4, timeout_s=60) >= INTENTS // 4, victim.output
+        assert await wait_settled(pool, INTENTS // 4, timeout_s=60) >= INTENTS // 4, victim.output
         # SIGKILL while the victim holds running jobs (settlement is fast enough that a kill at a
         # random moment can find it between groups): they keep their leases until they expire.
-        assert await _wait_holding(pool, victim, timeout_s=60), victim.output
+        assert await wait_holding(pool, victim, timeout_s=60), victim.output
         victim.kill()
-        settled = await _wait_settled(pool, INTENTS, timeout_s=120)
+        settled = await wait_settled(pool, INTENTS, timeout_s=120)
         assert settled == INTENTS, survivor.output[-3000:]
     finally:
         victim.close()
@@ -142,7 +73,7 @@ async def test_killed_worker_does_not_make_any_intent_settle_twice(
     assert rescued > 0
     fee = int(await pool.fetchval("SELECT fee FROM intent WHERE channel = 'internal-p2p' LIMIT 1"))
     per_account = INTENTS // PAYERS
-    for payer, payee in zip(payers, payees, strict=True):
+    for payer, payee in zip(parties.payers, parties.payees, strict=True):
         assert await balance(payments.ledger, payee) == {
             "posted": per_account * AMOUNT,
             "pending": 0,

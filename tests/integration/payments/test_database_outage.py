@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import asyncpg
 import httpx
@@ -24,8 +23,8 @@ RECOVERY_WAIT_SEC = 60
 
 
 @pytest.fixture
-def private_pg(tmp_path: Path) -> Iterator[PrivatePostgres]:
-    server = PrivatePostgres(tmp_path)
+def private_pg() -> Iterator[PrivatePostgres]:
+    server = PrivatePostgres()
     yield server
     server.close()
 

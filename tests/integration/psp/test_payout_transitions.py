@@ -3,7 +3,13 @@ sandbox plays, end where they must, settle the intent once, and never send a tra
 
 from __future__ import annotations
 
-from tests.integration.psp.conftest import PayoutApi
+import asyncio
+import uuid
+
+import asyncpg
+
+from tests.integration.psp.conftest import PayoutApi, StartPayoutApi
+from tests.support.waiting import wait_for_lock_waiters
 
 
 async def test_a_payout_completes_posts_its_hold_and_was_sent_once(payouts: PayoutApi) -> None:
@@ -110,3 +116,33 @@ async def test_latency_is_waited_on_and_the_payout_completes(payouts: PayoutApi)
     for intent_id in ids:
         assert (await payouts.wait_status(intent_id, {"settled", "failed"}))["status"] == "settled"
     assert sorted(payouts.sandbox.submissions().values()) == [1] * 5
+
+
+async def test_a_payout_read_while_it_settles_shows_its_intent_and_transfer_from_one_moment(
+    start_payout_api: StartPayoutApi, pool: asyncpg.Pool
+) -> None:
+    api = await start_payout_api(worker_roles="api,outbox-worker")  # no psp-worker: it waits as NEW
+    payer = await api.funded_account(100_000)
+    intent_id = await api.payout(payer, 5_000)
+    peer = await pool.acquire()
+    try:
+        settling = peer.transaction()
+        await settling.start()
+        # What end_payout commits in one transaction (here past the triggers: the test decides the
+        # order), with psp_tx locked first so that a reader of it waits until the commit.
+        await peer.execute("SET LOCAL session_replication_role = replica")
+        await peer.execute("LOCK TABLE psp_tx IN ACCESS EXCLUSIVE MODE")
+        await peer.execute(
+            "UPDATE psp_tx SET state = 'COMPLETED', finished_at = now() WHERE intent_id = $1",
+            uuid.UUID(intent_id),
+        )
+        await peer.execute(
+            "UPDATE intent SET status = 'settled', finished_at = now() WHERE id = $1", uuid.UUID(intent_id)
+        )
+        read = asyncio.ensure_future(api.intent(intent_id))
+        await wait_for_lock_waiters(pool)  # the read has the intent and waits for its transfer
+        await settling.commit()
+        view = await read
+    finally:
+        await pool.release(peer)
+    assert (view["status"], view["psp"]["state"]) in {("confirmed", "NEW"), ("settled", "COMPLETED")}

@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from paymanager.jobs import OUTBOX_SCHEDULE
+from paymanager.jobs.admin import pause_queue, resume_queue
+from paymanager.jobs.maintenance import Maintenance
 from paymanager.webhooks import SIGNATURE_HEADER, parse_header
 from tests.integration.webhooks.conftest import Hooks, start_hooks, stop_hooks
 from tests.support.waiting import wait_until
@@ -143,6 +145,40 @@ async def test_failures_retry_on_the_schedule_then_dead_letter_and_replay(hooks:
 
 async def _job_in(hooks: Hooks, job_id: int, state: str) -> bool:
     return bool(await hooks.pool.fetchval("SELECT state::text FROM job WHERE id = $1", job_id) == state)
+
+
+async def test_a_delivery_whose_job_dies_of_stalls_is_dead_lettered_and_replayable(hooks: Hooks) -> None:
+    endpoint_id, _ = await hooks.endpoint("/stalled", types=["intent.settled"])
+    async with hooks.pool.acquire() as conn:
+        await pause_queue(conn, "webhooks")
+    await hooks.settled_intent()
+    delivery = (await hooks.deliveries(endpoint_id))[0]
+    # As the job stands after workers holding it were killed JOB_MAX_STALLED times, and the last
+    # one's lease has run out: the next rescue gives up on it.
+    stalled = await hooks.pool.execute(
+        "UPDATE job SET state = 'running', lease_owner = 'gone.1', lease_token = gen_random_uuid(),"
+        " lease_expires_at = now() - interval '1 second', attempted_at = now(), stalled_count = $2"
+        " WHERE id = $1 AND state = 'available'",
+        delivery["job_id"], hooks.payments.settings.job_max_stalled,
+    )  # fmt: skip
+    assert stalled == "UPDATE 1"
+    maintenance = next(s for s in hooks.components.services if isinstance(s, Maintenance))
+
+    await maintenance.rescue()
+
+    assert await _job_in(hooks, delivery["job_id"], "dead")
+    dead = await hooks.pool.fetchrow("SELECT * FROM webhook_delivery WHERE id = $1", delivery["id"])
+    assert dead["status"] == "dead"
+    assert dead["finished_at"] is not None
+    assert f"its job {delivery['job_id']} died: lease of gone.1 expired" == dead["last_error"]
+    dead_log = await hooks.shop.get("/webhook-deliveries?status=dead")
+    assert [d["id"] for d in dead_log.json()["data"]] == [delivery["id"]]
+    async with hooks.pool.acquire() as conn:
+        await resume_queue(conn, "webhooks")
+    replayed = await hooks.shop.post(f"/webhook-deliveries/{delivery['id']}/replay")
+    assert replayed.status_code == 200, replayed.text
+    await _wait_delivery(hooks, delivery["id"], status="succeeded")
+    assert [r.event_id for r in hooks.receiver.received_on("/stalled")] == [delivery["event_id"]]
 
 
 async def test_replay_of_a_delivery_still_being_tried_is_refused(hooks: Hooks) -> None:

@@ -21,7 +21,8 @@ from paymanager.adapters.secret_box import Sealed, SecretBox
 from paymanager.application.context import Payments
 from paymanager.application.webhooks.address_guard import AddressGuard, CheckedUrl, WebhookUrlRefusedError
 from paymanager.application.webhooks.store import AttemptOutcome, DeliveryWork, WebhookStore
-from paymanager.jobs import JobContext, PermanentError, Schedule
+from paymanager.db.pool import Pool
+from paymanager.jobs import DeadJob, JobContext, PermanentError, Schedule
 from paymanager.logging import get_logger
 from paymanager.metrics import webhooks as webhook_metrics
 from paymanager.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
@@ -182,3 +183,17 @@ class WebhookDeliverer:
         if last:
             raise PermanentError(f"delivery {work.id} dead after {ctx.attempt} attempts: {error}")
         raise DeliveryFailedError(f"delivery {work.id} attempt {ctx.attempt}: {error}")
+
+
+async def dead_letter_with_job(pool: Pool, job: DeadJob) -> str | None:
+    """A `webhook.deliver` job died without its handler recording the end (the rescuer gave up on
+    it after workers holding it stopped JOB_MAX_STALLED + 1 times): its delivery is dead too, or it
+    would stay pending with nothing left to try it, missing from the dead letters and their replay.
+    The id of the delivery so ended, if one was still unfinished."""
+    error = (job.error or {}).get("error") if isinstance(job.error, dict) else None
+    reason = f"its job {job.id} died: {error or 'no error recorded'}"[:ERROR_LENGTH_MAX]
+    async with pool.acquire() as conn:
+        ended = await WebhookStore(conn).dead_letter_for_job(job_id=job.id, reason=reason)
+    if ended is not None:
+        log.warning("webhook delivery dead with its job", delivery_id=ended, job_id=job.id)
+    return ended

@@ -182,6 +182,11 @@ class WebhookStore:
     async def cancel_delivery(self, *, delivery_id: str, reason: str, now: datetime) -> bool:
         return await self._conn.fetchval(Q["delivery_cancel"], delivery_id, reason, now) is not None
 
+    async def dead_letter_for_job(self, *, job_id: int, reason: str) -> str | None:
+        """The id of the unfinished delivery job `job_id` carried, now dead; None if there was none."""
+        found = await self._conn.fetchval(Q["delivery_dead_with_job"], job_id, reason)
+        return None if found is None else str(found)
+
     async def list_deliveries(
         self, *, service_id: str | None, endpoint_id: str | None, status: str | None,
         before: tuple[datetime, str] | None, limit: int,

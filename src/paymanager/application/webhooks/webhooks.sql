@@ -74,6 +74,17 @@ UPDATE webhook_delivery SET status = 'cancelled', last_error = $2, finished_at =
  WHERE id = $1 AND status IN ('pending', 'retrying')
 RETURNING id;
 
+-- name: delivery_dead_with_job
+-- The unfinished delivery carried by job $1, which died outside its handler (rescued too often from
+-- workers that stopped, or failed where the handler recorded nothing): dead with reason $2, so it is
+-- listed and replayed as any dead letter instead of staying pending with no job to try it.
+UPDATE webhook_delivery AS d
+   SET status = 'dead', last_error = $2, finished_at = now(), next_attempt_at = NULL
+  FROM job AS j
+ WHERE j.id = $1 AND d.id = j.payload ->> 'delivery_id' AND d.job_id = j.id
+   AND d.status IN ('pending', 'retrying')
+RETURNING d.id;
+
 -- name: delivery_list
 -- Newest first, for service $1 (NULL: all), optionally one endpoint $2 or status $3, before cursor
 -- ($4 created_at, $5 id).
