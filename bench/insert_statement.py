@@ -1,15 +1,14 @@
-"""The one-job enqueue statement (`job_insert`) before and after migration 0111, A/B.
+"""The one-job enqueue statement (`job_insert`) before and after migration 0112, A/B.
 
     .venv/bin/python bench/insert_statement.py [--inserts 3000] [--rounds 5]
 
-Migration 0111 added to `job_insert` a LIFO branch (the run_at of a LIFO job) and the child's
-failure policy column, and two nullable columns to the job table (`parent_policy`, `logs`). This
-times the statement as it was (BEFORE, below) and as it is, in one database on the new schema and
-one session, the two taking turns call by call (so the machine's load drifts alike for both), each
-inserting a plain job as `enqueue` does (no LIFO, no parent). The figure is the median call, per
-round, and the median of the rounds; the ratio after/before is the cost to a producer that uses none
-of the new features. The schema's own cost (two NULL columns) is common to both, and shows in
-bench/jobs.py run before and after instead (docs/BENCHMARKS.md).
+Migration 0112 made `job_insert` read the queue's `waiting_events` flag (the `waiting` event, opted
+into per queue) from the queue's row it already read for the depth limit, now once in a CTE both
+uses share. This times the statement as it was (BEFORE, below: as of migration 0111) and as it is,
+in one database on the new schema and one session, the two taking turns call by call (so the
+machine's load drifts alike for both), each inserting a plain job as `enqueue` does into a queue
+without the setting. The figure is the median call, per round, and the median of the rounds; the
+ratio after/before is the cost to a producer whose queue nobody listens to for `waiting`.
 """
 
 from __future__ import annotations
@@ -30,8 +29,10 @@ SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 BEFORE = """
 WITH target AS (
-    SELECT coalesce($5::timestamptz, now())
-           + make_interval(secs => coalesce($6::bigint, 0) / 1000.0) AS run_at
+    SELECT CASE WHEN $15::boolean THEN timestamptz 'epoch' - (now() - timestamptz 'epoch')
+                ELSE coalesce($5::timestamptz, now())
+                     + make_interval(secs => coalesce($6::bigint, 0) / 1000.0)
+           END AS run_at
 ), full_queue AS (
     SELECT 1 FROM job_queue q
      WHERE q.name = $1 AND q.max_depth IS NOT NULL
@@ -42,11 +43,11 @@ WITH target AS (
                  LIMIT q.max_depth) AS d) >= q.max_depth
 )
 INSERT INTO job (queue, kind, payload, priority, run_at, max_attempts, backoff, unique_key, timeout_ms,
-                 parent_id, state, pending_children, on_child_dead)
+                 parent_id, state, pending_children, on_child_dead, parent_policy)
 SELECT $1, $2, $3, $4, target.run_at, $7, $8, $9, $10, $11,
        coalesce($12::job_state,
                 CASE WHEN target.run_at > now() THEN 'scheduled'::job_state ELSE 'available'::job_state END),
-       $13, $14
+       $13, $14, $16
   FROM target
  WHERE NOT EXISTS (SELECT 1 FROM full_queue)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'dead', 'cancelled')
@@ -54,7 +55,7 @@ DO NOTHING
 RETURNING id, CASE WHEN state = 'available' THEN pg_notify('pm_job_available', queue) END AS notified
 """
 
-ARGS = ("bench", "noop", {"n": 1}, 0, None, None, None, None, None, None, None, None, 0, "fail")
+ARGS = ("bench", "noop", {"n": 1}, 0, None, None, None, None, None, None, None, None, 0, "fail", False, None)
 
 
 async def inserts(conn: asyncpg.Connection, n: int, first_is_new: bool) -> tuple[list[float], list[float]]:
@@ -65,7 +66,7 @@ async def inserts(conn: asyncpg.Connection, n: int, first_is_new: bool) -> tuple
         new = (i % 2 == 0) == first_is_new
         started = time.perf_counter()
         if new:
-            await conn.fetch(Q["job_insert"], *ARGS, False, None)
+            await conn.fetch(Q["job_insert"], *ARGS)
         else:
             await conn.fetch(BEFORE, *ARGS)
         times[1 if new else 0].append((time.perf_counter() - started) * 1e6)

@@ -101,18 +101,30 @@ def _serve_sandbox_psps(settings: Settings) -> None:
     get_logger("paymanager").info("sandbox PSPs serving", url=url, configured=configured)
 
 
-def _migrate(settings: Settings) -> list[str]:
+def _migrate(settings: Settings, *, job_engine_only: bool = False, create_embedded: bool = True) -> list[str]:
+    """Apply the pending migrations (the job engine's alone with `job_engine_only`). Without
+    DATABASE_URL the database is the embedded one of EMBEDDED_PG_DIR, resolved from the current
+    directory, and said so on stderr: a migration never lands somewhere the caller did not see."""
+    from pathlib import Path
+
     from paymanager.db import migrations
     from paymanager.db.database import opened
+
+    where = Path(settings.embedded_pg_dir).resolve()
+    if settings.database_url is None and (create_embedded or where.exists()):
+        typer.echo(f"DATABASE_URL is unset: migrating the embedded database in {where}", err=True)
 
     async def apply() -> list[str]:
         # A dedicated connection: the migration lock is a session advisory lock.
         async with opened(
-            settings, application_name="paymanager:migrate", max_size=1, create_embedded=True
+            settings, application_name="paymanager:migrate", max_size=1, create_embedded=create_embedded
         ) as database:
             conn = await database.connect()
             try:
-                applied = await migrations.migrate(conn)
+                if job_engine_only:
+                    applied = await migrations.migrate_job_engine(conn)
+                else:
+                    applied = await migrations.migrate(conn)
             finally:
                 await conn.close()
         return [f"{m.version:04d}_{m.name}" for m in applied]

@@ -1,5 +1,5 @@
-"""`paymanager jobs ...`: list, inspect, retry, replay, cancel, change, promote, remove, drain,
-obliterate, pause/resume, limits, prune, stats."""
+"""`paymanager jobs ...`: migrate, list, inspect, retry, replay, cancel, change, promote, remove,
+drain, obliterate, pause/resume, limits, waiting events, prune, stats."""
 
 from __future__ import annotations
 
@@ -53,6 +53,17 @@ def _asdict(value: Any) -> dict[str, Any]:
 
 def _echo_json(value: Any) -> None:
     typer.echo(orjson.dumps(value, default=str, option=orjson.OPT_INDENT_2).decode())
+
+
+@jobs_app.command()
+def migrate() -> None:
+    """Install or update the job engine's tables alone (no ledger or payments tables): for a program
+    that uses `paymanager.jobs` as a library on its own database. Idempotent."""
+    from paymanager.cli import _migrate
+    from paymanager.cli._command import load_settings
+
+    applied = _migrate(load_settings(), job_engine_only=True, create_embedded=False)
+    typer.echo("applied: " + ", ".join(applied) if applied else "the job engine's schema is current")
 
 
 @jobs_app.command("ls")
@@ -274,6 +285,19 @@ def concurrency(
         value = int(limit)
     _with_conn(lambda c: admin.set_global_concurrency(c, queue, value))
     typer.echo(f"queue {queue}: global concurrency {value if value is not None else 'off'}")
+
+
+@jobs_app.command("waiting-events")
+def waiting_events(
+    queue: str, setting: Annotated[str, typer.Argument(help="`on` or `off`.", metavar="on|off")]
+) -> None:
+    """Publish (or stop publishing) a `waiting` event for each job of a queue that becomes available."""
+    value = setting.strip().lower()
+    if value not in ("on", "off"):
+        typer.echo(f"error: waiting events {setting!r} must be on or off", err=True)
+        raise typer.Exit(2)
+    _with_conn(lambda c: admin.set_waiting_events(c, queue, value == "on"))
+    typer.echo(f"queue {queue}: waiting events {value}")
 
 
 @jobs_app.command()

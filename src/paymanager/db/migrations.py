@@ -3,13 +3,16 @@
 Files in `paymanager/db/versions/` are named `NNNN_description.sql` and applied in numeric order,
 each in its own transaction, under an advisory lock so concurrent `migrate` runs cannot interleave.
 Number ranges keep components apart: 0001-0099 foundation, 0100-0199 job engine, 0200-0299 ledger,
-0300+ payments. Why not Alembic: our schema is plain SQL (partial indexes, CHECKs, functions) with no
-ORM models to autogenerate from; ordered files plus a version table are all Alembic would give us.
+0300+ payments. The job engine's range migrates alone (`migrate_job_engine`, `paymanager jobs
+migrate`) for programs that use the engine as a library. Why not Alembic: our schema is plain SQL
+(partial indexes, CHECKs, functions) with no ORM models to autogenerate from; ordered files plus a
+version table are all Alembic would give us.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -17,6 +20,11 @@ from paymanager.db.pool import Conn
 
 MIGRATIONS_PACKAGE = "paymanager.db.versions"
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# The job engine's migrations: `paymanager.jobs.migrate` applies these alone (a library user's
+# database needs no ledger or payments tables); they refer to no table outside the set. Its range,
+# and 0615, which changed job_claim_limited from the operability range (tests/unit/test_migration_
+# ranges.py finds any other migration that defines a job* object).
+JOB_ENGINE_VERSIONS = frozenset(range(100, 200)) | {615}
 # Any fixed 64-bit number works; this one spells "pm-migrate" loosely and is used by nothing else.
 _MIGRATION_LOCK_KEY = 0x706D5F6D69677261
 
@@ -69,15 +77,16 @@ async def applied_versions(conn: Conn) -> set[int]:
     return {row["version"] for row in rows}
 
 
-async def migrate(conn: Conn) -> list[Migration]:
-    """Apply every missing migration in order; returns those applied. Safe to run concurrently."""
+async def migrate(conn: Conn, *, only: Callable[[int], bool] | None = None) -> list[Migration]:
+    """Apply every missing migration in order (those whose version `only` accepts, when given);
+    returns those applied. Safe to run concurrently."""
     await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK_KEY)
     try:
         await conn.execute(_CREATE_VERSION_TABLE)
         done = await applied_versions(conn)
         applied: list[Migration] = []
         for migration in available_migrations():
-            if migration.version in done:
+            if migration.version in done or (only is not None and not only(migration.version)):
                 continue
             async with conn.transaction():
                 await conn.execute(migration.sql)
@@ -92,9 +101,15 @@ async def migrate(conn: Conn) -> list[Migration]:
         await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK_KEY)
 
 
-async def missing_migrations(conn: Conn) -> list[Migration]:
+async def migrate_job_engine(conn: Conn) -> list[Migration]:
+    """Apply the job engine's missing migrations alone (JOB_ENGINE_VERSIONS); returns those applied.
+    A later `migrate` adds the rest: the version table is shared."""
+    return await migrate(conn, only=JOB_ENGINE_VERSIONS.__contains__)
+
+
+async def missing_migrations(conn: Conn, *, only: Callable[[int], bool] | None = None) -> list[Migration]:
     done = await applied_versions(conn)
-    return [m for m in available_migrations() if m.version not in done]
+    return [m for m in available_migrations() if m.version not in done and (only is None or only(m.version))]
 
 
 async def check_schema(conn: Conn) -> None:

@@ -2,10 +2,11 @@
 
 Enqueue on the caller's connection (`enqueue`, `enqueue_many`, `enqueue_flow`), register handlers
 (`Registry`), run them (`Worker`), keep the cluster healthy (`Maintenance`), administer (`admin`), and
-follow the lifecycle (`EventStream`). The lifecycle is drawn in docs/state_machines.md.
+follow the lifecycle (`EventStream`). `migrate(conn)` installs the engine's tables alone. The
+lifecycle is drawn in docs/state_machines.md.
 """
 
-from paymanager.jobs.admin import set_global_concurrency, set_rate_limit
+from paymanager.jobs.admin import set_global_concurrency, set_rate_limit, set_waiting_events
 from paymanager.jobs.backoff import OUTBOX_SCHEDULE, Backoff, Exponential, Fixed, Schedule
 from paymanager.jobs.context import JobContext
 from paymanager.jobs.engine import JobEngine
@@ -41,6 +42,7 @@ from paymanager.jobs.events import (
 )
 from paymanager.jobs.options import MaintenanceOptions, PeriodicJob, Retention, WorkerOptions
 from paymanager.jobs.registry import Registry
+from paymanager.jobs.schema import migrate
 from paymanager.jobs.states import JobState
 from paymanager.jobs.worker import Worker
 
@@ -82,7 +84,9 @@ __all__ = [
     "enqueue",
     "enqueue_flow",
     "enqueue_many",
+    "migrate",
     "set_global_concurrency",
     "set_rate_limit",
+    "set_waiting_events",
     "wait_until_finished",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol, TypeAlias
 
 import asyncpg
@@ -303,6 +303,10 @@ async def set_global_concurrency(db: Executor, *, queue: str, limit: int | None)
     await db.fetch(Q["job_queue_set_concurrency"], queue, limit)
 
 
+async def set_waiting_events(db: Executor, *, queue: str, enabled: bool) -> None:
+    await db.fetch(Q["job_queue_set_waiting_events"], queue, enabled)
+
+
 # --- leadership and sessions ---------------------------------------------------------------------------
 
 
@@ -336,19 +340,32 @@ class JobFilter:
     payload_contains: JsonObject | None = None
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _shown(row: asyncpg.Record) -> JsonObject:
+    """A job as listings show it: a LIFO job's run_at is stored mirrored about the Unix epoch (the
+    claims' order serves it so; docs/state_machines.md, "LIFO"), and shown as the time it was due."""
+    shown = dict(row)
+    run_at = shown.get("run_at")
+    if isinstance(run_at, datetime) and run_at < _EPOCH:
+        shown["run_at"] = _EPOCH + (_EPOCH - run_at)
+    return shown
+
+
 async def list_jobs(db: Executor, *, where: JobFilter, before_id: int | None, limit: int) -> list[JsonObject]:
     """Jobs newest first (the listing's columns), paginated by id."""
     state = where.state.value if where.state is not None else None
     rows = await db.fetch(
         Q["job_list"], state, where.queue, where.kind, before_id, limit, where.payload_contains
     )
-    return [dict(row) for row in rows]
+    return [_shown(row) for row in rows]
 
 
 async def get_job(db: Executor, *, job_id: int) -> JsonObject | None:
-    """Every column of a job."""
+    """Every column of a job (a LIFO job's run_at as the time it was due)."""
     rows = await db.fetch(Q["job_get"], job_id)
-    return dict(rows[0]) if rows else None
+    return _shown(rows[0]) if rows else None
 
 
 async def retry_job(db: Executor, *, job_id: int) -> bool:
@@ -595,12 +612,22 @@ async def dedup_holder(db: Executor, *, key: str) -> int | None:
     return int(rows[0]["job_id"]) if rows and rows[0]["job_id"] is not None else None
 
 
-async def dedup_replace(
-    db: Executor, *, key: str, payload: JsonObject, run_at: datetime | None, delay_ms: int | None, ttl_ms: int
-) -> int | None:
-    """Debounce: the waiting job holding `key` takes `payload` and a new run time; its id, or None
-    when it has started."""
-    rows = await db.fetch(Q["job_dedup_replace"], key, payload, run_at, ttl_ms, delay_ms)
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """What a debounce gives the waiting job: the newest payload, priority and run time."""
+
+    payload: JsonObject
+    priority: int
+    run_at: datetime | None
+    delay_ms: int | None
+    lifo: bool
+
+
+async def dedup_replace(db: Executor, *, key: str, ttl_ms: int, new: Replacement) -> int | None:
+    """Debounce: the waiting job holding `key` takes `new`; its id, or None when it has started."""
+    rows = await db.fetch(
+        Q["job_dedup_replace"], key, new.payload, new.run_at, ttl_ms, new.delay_ms, new.priority, new.lifo
+    )
     return int(rows[0]["id"]) if rows else None
 
 

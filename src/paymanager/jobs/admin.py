@@ -176,6 +176,13 @@ async def set_global_concurrency(conn: Conn, queue: str, limit: int | None) -> N
     await store.set_global_concurrency(conn, queue=queue, limit=limit)
 
 
+async def set_waiting_events(conn: Conn, queue: str, enabled: bool) -> None:
+    """Whether `queue` publishes a `waiting` event for each job that becomes available by an enqueue
+    or by the promotion of its due time (off by default: a NOTIFY per such job)."""
+    _check_queue(queue)
+    await store.set_waiting_events(conn, queue=queue, enabled=enabled)
+
+
 async def list_queues(conn: Conn) -> list[QueueSettings]:
     """Every queue with settings (pause, depth, limits), by name."""
     return await store.list_queues(conn)

@@ -48,7 +48,7 @@ class EnqueueResult:
     # False when an unfinished job already held the unique key, or a job held the deduplication
     # key: `id` is that job's.
     created: bool
-    # True when a debounce gave the newest payload and delay to the waiting job `id`.
+    # True when a debounce gave the newest payload, priority and delay to the waiting job `id`.
     replaced: bool = False
 
     async def wait_until_finished(self, database: Database, timeout_s: float) -> FinishedJob:
@@ -62,7 +62,7 @@ class EnqueueResult:
 class Dedup:
     """A deduplication key held for `ttl_ms` from the enqueue that took it, whatever its job's
     state (throttle); with `debounce`, held only while its job still waits, and each enqueue that
-    meets it gives that job its payload and delay and starts the time to live again.
+    meets it gives that job its payload, priority and delay and starts the time to live again.
     docs/state_machines.md, "Deduplication", compares it with the unique key."""
 
     key: str
@@ -154,7 +154,7 @@ async def enqueue(
 
     With `unique_key`, enqueueing again while a job holding the key is unfinished returns that job
     with `created=False`. With `dedup`, a key held for a time (throttle) or while its job waits
-    (debounce: that job takes this payload and delay, `replaced=True`). With `lifo`, the job runs
+    (debounce: that job takes this payload, priority and delay, `replaced=True`). With `lifo`, the job runs
     before the waiting jobs of its priority, the newest first. A queue at its maximum depth raises
     `QueueFullError`. `payload` may be a pydantic model (stored as its JSON form).
     """
@@ -221,9 +221,8 @@ async def _enqueue_deduplicated(
                 if holder is not None:
                     return EnqueueResult(holder, False)
                 continue
-            replaced = await store.dedup_replace(
-                conn, key=dedup.key, payload=payload, run_at=run_at, delay_ms=delay_ms, ttl_ms=dedup.ttl_ms
-            )
+            newest = store.Replacement(payload, priority, run_at, delay_ms, lifo)
+            replaced = await store.dedup_replace(conn, key=dedup.key, ttl_ms=dedup.ttl_ms, new=newest)
             if replaced is not None:
                 return EnqueueResult(replaced, False, replaced=True)
             # Its job started between the two statements: the key is free for a new job now.

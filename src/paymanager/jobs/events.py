@@ -1,5 +1,5 @@
 """Lifecycle events (completed, failed, retrying, dead, stalled, progress, cancelled, snoozed,
-active, removed, drained; docs/state_machines.md, "Events", says who publishes each).
+active, waiting, removed, drained; docs/state_machines.md, "Events", says who publishes each).
 
 Published with PostgreSQL NOTIFY on channel `pm_job_events` (and on Redis pub/sub channel
 `pm:job_events` when a Redis URL is given). A NOTIFY payload is limited to 8000 bytes, so events are
@@ -29,7 +29,7 @@ log = get_logger("paymanager.jobs.events")
 
 EVENT_NAMES = frozenset(
     {"completed", "failed", "retrying", "dead", "stalled", "progress", "cancelled", "snoozed",
-     "active", "removed", "drained"}
+     "active", "waiting", "removed", "drained"}
 )  # fmt: skip
 REDIS_CHANNEL = "pm:job_events"
 # Each event is about 80 bytes of JSON; 60 keep a message well under NOTIFY's 8000-byte limit.

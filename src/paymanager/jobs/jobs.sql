@@ -13,9 +13,12 @@ WITH target AS (
     SELECT CASE WHEN $15::boolean THEN timestamptz 'epoch' - (now() - timestamptz 'epoch')
                 ELSE coalesce($5::timestamptz, now()) + make_interval(secs => coalesce($6::bigint, 0) / 1000.0)
            END AS run_at
+), settings AS (
+    -- The queue's row, read once: its depth limit, and whether it publishes `waiting` events.
+    SELECT q.max_depth, q.waiting_events FROM job_queue q WHERE q.name = $1
 ), full_queue AS (
-    SELECT 1 FROM job_queue q
-     WHERE q.name = $1 AND q.max_depth IS NOT NULL
+    SELECT 1 FROM settings q
+     WHERE q.max_depth IS NOT NULL
        AND (SELECT count(*) FROM (
                 SELECT 1 FROM job j
                  WHERE j.queue = $1
@@ -32,7 +35,10 @@ SELECT $1, $2, $3, $4, target.run_at, $7, $8, $9, $10, $11,
  WHERE NOT EXISTS (SELECT 1 FROM full_queue)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'dead', 'cancelled')
 DO NOTHING
-RETURNING id, CASE WHEN state = 'available' THEN pg_notify('pm_job_available', queue) END AS notified
+RETURNING id, CASE WHEN state = 'available' THEN pg_notify('pm_job_available', queue) END AS notified,
+          CASE WHEN state = 'available' AND (SELECT s.waiting_events FROM settings AS s)
+               THEN pg_notify('pm_job_events', json_build_array(json_build_object(
+                        'e', 'waiting', 'id', id, 'k', kind, 'q', queue))::text) END AS waiting
 
 -- name: job_dedup_take
 -- Takes deduplication key $1 for $2 ms unless it is held: a key is held until it expires, and for a
@@ -53,14 +59,16 @@ UPDATE job_dedup SET job_id = $2 WHERE key = $1
 SELECT job_id FROM job_dedup WHERE key = $1
 
 -- name: job_dedup_replace
--- Debounce: the job holding key $1, if it still waits, takes payload $2 and runs at $3 (NULL: now)
--- plus $5 ms (its delay starts again); the key's time to live starts again too ($4 ms). No row: the
--- job has started (or is gone).
+-- Debounce: the job holding key $1, if it still waits, takes payload $2 and priority $6 and runs at
+-- $3 (NULL: now) plus $5 ms (its delay starts again), or LIFO ($7, the run_at of job_insert); the
+-- key's time to live starts again too ($4 ms). No row: the job has started (or is gone).
 WITH target AS (
-    SELECT coalesce($3::timestamptz, now()) + make_interval(secs => coalesce($5::bigint, 0) / 1000.0) AS run_at
+    SELECT CASE WHEN $7::boolean THEN timestamptz 'epoch' - (now() - timestamptz 'epoch')
+                ELSE coalesce($3::timestamptz, now()) + make_interval(secs => coalesce($5::bigint, 0) / 1000.0)
+           END AS run_at
 ), replaced AS (
     UPDATE job
-       SET payload = $2, run_at = target.run_at,
+       SET payload = $2, priority = $6, run_at = target.run_at,
            state = CASE WHEN target.run_at > now() THEN 'scheduled'::job_state ELSE 'available'::job_state END
       FROM target
      WHERE job.id = (SELECT d.job_id FROM job_dedup AS d WHERE d.key = $1)
@@ -95,7 +103,8 @@ SELECT EXISTS (
 
 -- name: job_insert_many
 -- Inserts many jobs in one statement (no unique keys, no parents: those go through job_insert),
--- and wakes each queue that got an available job once. Ids come back in input order.
+-- and wakes each queue that got an available job once. Ids come back in input order. A queue with
+-- waiting_events gets a `waiting` event per available job (chunks of 25, as the completions').
 WITH inserted AS (
     INSERT INTO job (queue, kind, payload, priority, run_at, max_attempts, backoff, timeout_ms, state)
     SELECT r.queue, r.kind, r.payload, r.priority, coalesce(r.run_at, now()), r.max_attempts, r.backoff,
@@ -104,12 +113,22 @@ WITH inserted AS (
       FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::integer[], $5::timestamptz[], $6::integer[],
                   $7::jsonb[], $8::integer[])
            AS r(queue, kind, payload, priority, run_at, max_attempts, backoff, timeout_ms)
-    RETURNING id, queue, state
+    RETURNING id, queue, kind, state
 ), woken AS (
     SELECT pg_notify('pm_job_available', q.queue)
       FROM (SELECT DISTINCT i.queue FROM inserted AS i WHERE i.state = 'available') AS q
+), waiting AS (
+    SELECT pg_notify('pm_job_events', json_agg(json_build_object(
+               'e', 'waiting', 'id', n.id, 'k', n.kind, 'q', n.queue))::text)
+      FROM (SELECT i.id, i.kind, i.queue, (row_number() OVER () - 1) / 25 AS chunk
+              FROM inserted AS i
+             -- Uncorrelated: checked once, so without such a queue the inserted rows are not read.
+             WHERE EXISTS (SELECT 1 FROM job_queue AS q WHERE q.waiting_events)
+               AND i.state = 'available'
+               AND i.queue IN (SELECT q.name FROM job_queue AS q WHERE q.waiting_events)) AS n
+     GROUP BY n.chunk
 )
-SELECT i.id FROM inserted AS i WHERE (SELECT count(*) FROM woken) >= 0
+SELECT i.id FROM inserted AS i WHERE (SELECT count(*) FROM woken) >= 0 AND (SELECT count(*) FROM waiting) >= 0
 
 -- name: job_claim_batch
 -- Completes the jobs of the previous batch and claims the next one, in ONE statement and so one
@@ -246,7 +265,8 @@ RETURNING true AS claimed, job.id, job.queue, job.kind, job.payload, job.priorit
           extract(epoch FROM now() - job.run_at)::float8 AS waited_s
 
 -- name: job_promote_due
--- Makes scheduled and retryable jobs whose time has come available (bounded), waking their queues.
+-- Makes scheduled and retryable jobs whose time has come available (bounded), waking their queues;
+-- a queue with waiting_events gets a `waiting` event per job (chunks of 25).
 WITH due AS (
     SELECT id FROM job
      WHERE state IN ('scheduled', 'retryable') AND run_at <= coalesce($1::timestamptz, now())
@@ -254,10 +274,18 @@ WITH due AS (
      LIMIT $2
        FOR UPDATE SKIP LOCKED
 ), promoted AS (
-    UPDATE job SET state = 'available' FROM due WHERE job.id = due.id RETURNING job.queue
+    UPDATE job SET state = 'available' FROM due WHERE job.id = due.id RETURNING job.id, job.kind, job.queue
+), waiting AS (
+    SELECT pg_notify('pm_job_events', json_agg(json_build_object(
+               'e', 'waiting', 'id', n.id, 'k', n.kind, 'q', n.queue))::text)
+      FROM (SELECT p.id, p.kind, p.queue, (row_number() OVER () - 1) / 25 AS chunk
+              FROM promoted AS p
+             WHERE EXISTS (SELECT 1 FROM job_queue AS q WHERE q.waiting_events)
+               AND p.queue IN (SELECT q.name FROM job_queue AS q WHERE q.waiting_events)) AS n
+     GROUP BY n.chunk
 )
 SELECT q.queue, count(*) AS n, pg_notify('pm_job_available', q.queue)
-  FROM promoted AS q GROUP BY q.queue
+  FROM promoted AS q WHERE (SELECT count(*) FROM waiting) >= 0 GROUP BY q.queue
 
 -- name: job_complete_many
 -- Completes jobs still held under the given lease tokens; returns those completed, with their
@@ -395,8 +423,10 @@ WITH RECURSIVE queues AS (
 SELECT queue FROM queues WHERE queue IS NOT NULL
 
 -- name: job_prune_older
--- Deletes up to $4 jobs of queue $1 in states $2 finished before $3.
-WITH doomed AS (
+-- Deletes up to $4 jobs of queue $1 in states $2 finished before $3. The rows are picked without a
+-- lock, as job_prune_beyond_count picks them: a row lock is a WAL record of its own for each pruned
+-- job, and the DELETE re-checks the state of a row changed meanwhile (an admin's retry) anyway.
+WITH doomed AS MATERIALIZED (
     SELECT id FROM job
      WHERE queue = $1 AND state = ANY($2::job_state[]) AND finalized_at < $3
        AND state IN ('completed', 'dead', 'cancelled')
@@ -404,7 +434,6 @@ WITH doomed AS (
             SELECT 1 FROM job AS p WHERE p.id = job.parent_id
                AND p.state NOT IN ('completed', 'dead', 'cancelled')))
      LIMIT $4
-       FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM job USING doomed
      WHERE job.id = doomed.id AND job.state = ANY($2::job_state[]) RETURNING 1
@@ -528,6 +557,11 @@ SELECT c.id, c.state, pg_notify('pm_job_cancel', c.id::text) FROM cancelled AS c
 INSERT INTO job_queue (name, paused) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
 RETURNING name, pg_notify('pm_job_available', name)
+
+-- name: job_queue_set_waiting_events
+-- Whether queue $1 publishes `waiting` events ($2).
+INSERT INTO job_queue (name, waiting_events) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET waiting_events = EXCLUDED.waiting_events, updated_at = now()
 
 -- name: job_queue_set_max_depth
 INSERT INTO job_queue (name, max_depth) VALUES ($1, $2)

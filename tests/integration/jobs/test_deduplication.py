@@ -1,5 +1,5 @@
 """Deduplication keys: a throttle holds its key for a time whatever its job's state; a debounce
-gives a still-waiting job the newest payload and delay (docs/state_machines.md, "Deduplication")."""
+gives a still-waiting job the newest payload, priority and delay (docs/state_machines.md, "Deduplication")."""
 
 from __future__ import annotations
 
@@ -57,6 +57,25 @@ async def test_a_debounce_replaces_the_waiting_jobs_payload_and_delay(conn: asyn
     assert row["state"] == "scheduled"
     assert row["run_at"] - run_at_before >= timedelta(seconds=59)
     assert await conn.fetchval("SELECT count(*) FROM job") == 1
+
+
+async def test_a_debounce_replaces_the_waiting_jobs_priority(conn: asyncpg.Connection) -> None:
+    first = await enqueue(conn, "k", {"n": 1}, priority=5, dedup=Dedup("p", 60_000, debounce=True))
+    other = await enqueue(conn, "k", {})
+    second = await enqueue(conn, "k", {"n": 2}, priority=-3, dedup=Dedup("p", 60_000, debounce=True))
+    assert (second.id, second.replaced) == (first.id, True)
+    assert await conn.fetchval("SELECT priority FROM job WHERE id = $1", first.id) == -3
+    # The newest priority decides the order: the debounced job now runs before the other one.
+    order = await conn.fetch("SELECT id FROM job WHERE state = 'available' ORDER BY priority, run_at, id")
+    assert [r["id"] for r in order] == [first.id, other.id]
+
+
+async def test_a_lifo_debounce_puts_the_waiting_job_first(conn: asyncpg.Connection) -> None:
+    other = await enqueue(conn, "k", {})
+    first = await enqueue(conn, "k", {"n": 1}, dedup=Dedup("l", 60_000, debounce=True))
+    await enqueue(conn, "k", {"n": 2}, lifo=True, dedup=Dedup("l", 60_000, debounce=True))
+    order = await conn.fetch("SELECT id FROM job WHERE state = 'available' ORDER BY priority, run_at, id")
+    assert [r["id"] for r in order] == [first.id, other.id]
 
 
 async def test_a_debounce_with_no_delay_makes_the_job_available(conn: asyncpg.Connection) -> None:

@@ -1,4 +1,4 @@
-"""The events that join the lifecycle's (active, removed, a worker's error), the stalled event, a
+"""The events that join the lifecycle's (active, waiting, removed, a worker's error), the stalled event, a
 caller waiting for a job to finish, and a handler's log lines (docs/state_machines.md, "Events")."""
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from paymanager.jobs import (
     JobContext,
     JobEvent,
     JobState,
+    NewJob,
     PermanentError,
     Registry,
     WorkerOptions,
     admin,
     enqueue,
+    enqueue_many,
 )
 from paymanager.jobs.context import LOG_LINE_CHARS_MAX, LOG_LINES_MAX
 from paymanager.jobs.maintenance import Maintenance
@@ -58,6 +60,58 @@ async def test_a_worker_with_active_events_announces_each_start(
         job = await enqueue(pool, "ok", {})
         names = await events_of(stream, job.id, "completed")
     assert "active" in names
+
+
+async def events_until_removed(stream: EventStream, sentinel: int) -> list[JobEvent]:
+    """Every event up to the `removed` of job `sentinel` (NOTIFYs arrive in commit order)."""
+    seen: list[JobEvent] = []
+    while True:
+        event: JobEvent = await stream.next(timeout_s=15)
+        if (event.event, event.id) == ("removed", sentinel):
+            return seen
+        seen.append(event)
+
+
+async def test_a_queue_with_waiting_events_announces_each_job_that_becomes_available(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    async with pool.acquire() as conn:
+        await admin.set_waiting_events(conn, "w", True)
+    async with EventStream(database_url) as stream:
+        one = await enqueue(pool, "ok", {}, queue="w")
+        many = await enqueue_many(pool, [NewJob("ok", {}, queue="w"), NewJob("ok", {}, queue="plain")])
+        await enqueue(pool, "ok", {}, queue="plain")
+        delayed = await enqueue(pool, "ok", {}, queue="w", delay_ms=3_600_000)
+        lifo = await enqueue(pool, "ok", {}, queue="w", lifo=True)
+        sentinel = await enqueue(pool, "ok", {}, queue="plain")
+        async with pool.acquire() as conn:
+            await admin.remove_job(conn, sentinel.id)
+        at_enqueue = await events_until_removed(stream, sentinel.id)
+
+        later = datetime.now(UTC) + timedelta(hours=2)
+        await Maintenance(pool, database_url, clock=lambda: later).promote()
+        second = await enqueue(pool, "ok", {}, queue="plain")
+        async with pool.acquire() as conn:
+            await admin.remove_job(conn, second.id)
+        at_promotion = await events_until_removed(stream, second.id)
+    waiting = [(e.id, e.kind, e.queue) for e in at_enqueue if e.event == "waiting"]
+    # The delayed job is not waiting yet, and the queue without the setting publishes nothing.
+    assert waiting == [(one.id, "ok", "w"), (many[0], "ok", "w"), (lifo.id, "ok", "w")]
+    assert [(e.event, e.id) for e in at_promotion] == [("waiting", delayed.id)]
+
+
+async def test_a_queue_without_waiting_events_publishes_none(pool: asyncpg.Pool, database_url: str) -> None:
+    async with pool.acquire() as conn:
+        await admin.set_waiting_events(conn, "w", True)
+        await admin.set_waiting_events(conn, "w", False)
+    async with EventStream(database_url) as stream:
+        await enqueue(pool, "ok", {}, queue="w")
+        await enqueue_many(pool, [NewJob("ok", {}, queue="w")])
+        await enqueue(pool, "ok", {}, queue="never-set")
+        sentinel = await enqueue(pool, "ok", {}, queue="w")
+        async with pool.acquire() as conn:
+            await admin.remove_job(conn, sentinel.id)
+        assert await events_until_removed(stream, sentinel.id) == []
 
 
 async def test_removing_a_job_publishes_removed(pool: asyncpg.Pool, database_url: str) -> None:

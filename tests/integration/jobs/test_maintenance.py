@@ -155,7 +155,7 @@ async def test_pruning_keeps_the_completed_children_of_a_parent_still_waiting(po
 
 
 async def test_count_pruning_does_not_delete_a_dead_job_revived_meanwhile(pool: asyncpg.Pool) -> None:
-    """job_prune_beyond_count picks its rows without a lock (unlike job_prune_older): a job an admin
+    """job_prune_beyond_count picks its rows without a lock: a job an admin
     retries while the prune runs must not be deleted once the retry commits (the DELETE re-checks the
     new row version), since the retry told the operator that the job is available."""
     job = await enqueue(pool, "k", {}, queue="q")
@@ -172,6 +172,28 @@ async def test_count_pruning_does_not_delete_a_dead_job_revived_meanwhile(pool: 
         await wait_for_lock_waiters(pool)  # the prune picked the job dead and waits on its row
         await tx.commit()
     await prune
+    assert await pool.fetchval("SELECT state::text FROM job WHERE id = $1", job.id) == "available"
+
+
+async def test_age_pruning_does_not_delete_a_dead_job_revived_meanwhile(pool: asyncpg.Pool) -> None:
+    """job_prune_older picks its rows without a lock too: a job an admin retries while the prune
+    runs stays (the DELETE re-checks the new row version once the retry commits)."""
+    job = await enqueue(pool, "k", {}, queue="q")
+    await pool.execute(
+        "UPDATE job SET state = 'dead', finalized_at = now() - interval '1 hour' WHERE id = $1", job.id
+    )
+    async with pool.acquire() as operator:
+        tx = operator.transaction()
+        await tx.start()
+        assert await admin.retry_job(operator, job.id)
+        prune = asyncio.create_task(
+            admin.prune(
+                pool, Retention(completed_age_ms=None, completed_count=None, dead_age_ms=0, dead_count=None)
+            )
+        )
+        await wait_for_lock_waiters(pool)  # the prune picked the job dead and waits on its row
+        await tx.commit()
+    assert await prune == 0
     assert await pool.fetchval("SELECT state::text FROM job WHERE id = $1", job.id) == "available"
 
 

@@ -42,6 +42,19 @@ async def test_lifo_jobs_run_before_waiting_ones_newest_first(conn: asyncpg.Conn
     assert order == [urgent, d, c, a, b]
 
 
+async def test_a_lifo_job_is_listed_at_the_time_it_was_due(conn: asyncpg.Connection) -> None:
+    job = (await enqueue(conn, "k", {}, lifo=True)).id
+    stored = await conn.fetchrow("SELECT run_at, created_at FROM job WHERE id = $1", job)
+    assert stored is not None
+    # Stored mirrored about the epoch (the claims' order), shown as the enqueue time it stands for.
+    assert stored["run_at"].year < 1970
+    listed = await admin.list_jobs(conn)
+    assert [(row["id"], row["run_at"]) for row in listed] == [(job, stored["created_at"])]
+    shown = await admin.get_job(conn, job)
+    assert shown is not None
+    assert shown["run_at"] == stored["created_at"]
+
+
 async def test_a_lifo_job_takes_no_delay(conn: asyncpg.Connection) -> None:
     with pytest.raises(InvalidJobError, match="LIFO"):
         await enqueue(conn, "k", {}, lifo=True, delay_ms=1_000)
