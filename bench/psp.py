@@ -2,12 +2,15 @@
 
     .venv/bin/python bench/psp.py [--payouts 2000] [--latency-ms 20] [--workers 1 2] [--concurrency 256]
 
-For each worker count: a fresh database, the sandbox PSP (IPPS dialect) in this process answering
-every call after `--latency-ms`, payers funded and payouts confirmed while the `psp.ipps` queue is
+For each worker count: a fresh database, the sandbox PSP (IPPS dialect; `paymanager sandbox psp` in
+its own process, so its CPU is neither the workers' nor this script's) answering every call after
+`--latency-ms`, payers funded and payouts confirmed while the `psp.ipps` queue is
 paused, then the psp-worker processes started, the queue resumed, and the time from the resume to the
 last intent settled measured. Each payout is two PSP calls (the beneficiary check, the transfer),
 each waiting the latency, so one worker must keep many payouts in flight (PSP_CONCURRENCY). The run
-checks that the sandbox received exactly one transfer per payout.
+checks that the sandbox received exactly one transfer per payout, and prints the CPU milliseconds
+per payout of each process (workers, sandbox, this script, and the PostgreSQL backends of each) and
+the statements, transactions and WAL bytes per payout (bench/costs.py).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +28,7 @@ import uuid
 import asyncpg
 import httpx
 
+from costs import Profile, RunCosts, enable_statements
 from paymanager import bootstrap
 from paymanager.application.accounts.use_cases import OpenAccount, open_account
 from paymanager.application.intents import events
@@ -38,7 +43,7 @@ from paymanager.db.database import Database
 from paymanager.db.pool import create_pool
 from paymanager.domain.channels import AccountKind
 from paymanager.jobs.admin import pause_queue, resume_queue
-from paymanager.sandbox.psp import config_for, start_in_thread
+from paymanager.sandbox.psp import config_for
 
 SERVER = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 PAYERS = 64
@@ -52,6 +57,7 @@ async def fresh_database() -> str:
     url = f"{SERVER}/{name}"
     conn = await asyncpg.connect(url)
     await migrations.migrate(conn)
+    await enable_statements(conn)
     await conn.close()
     return url
 
@@ -103,8 +109,36 @@ def start_worker(url: str, concurrency: int) -> subprocess.Popen[bytes]:
                             stderr=subprocess.DEVNULL)  # fmt: skip
 
 
-async def one_run(workers: int, payouts: int, latency_ms: int, concurrency: int) -> dict[str, object]:
-    sandbox_url, server = start_in_thread()
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def spawn_sandbox(port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "paymanager", "sandbox", "psp", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+async def start_sandbox() -> tuple[str, subprocess.Popen[bytes]]:
+    port = free_port()
+    proc = spawn_sandbox(port)
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient() as http:
+        for _ in range(600):
+            try:
+                (await http.get(f"{url}/admin/submissions")).raise_for_status()
+                return url, proc
+            except httpx.HTTPError:
+                await asyncio.sleep(0.1)
+    proc.terminate()
+    raise RuntimeError("the PSP sandbox did not start")
+
+
+async def one_run(
+    workers: int, payouts: int, latency_ms: int, concurrency: int, profile: str | None, statements: bool
+) -> dict[str, object]:
+    sandbox_url, sandbox = await start_sandbox()
     async with httpx.AsyncClient() as http:
         (await http.post(f"{sandbox_url}/admin/faults", json={"latency_ms": latency_ms})).raise_for_status()
     url = await fresh_database()
@@ -116,18 +150,27 @@ async def one_run(workers: int, payouts: int, latency_ms: int, concurrency: int)
         while await conn.fetchval("SELECT count(*) FROM process WHERE stopped_at IS NULL") < workers:  # noqa: ASYNC110 - polls the database; no event exists
             await asyncio.sleep(0.1)
         await asyncio.sleep(1)  # every worker's claim loop running
+        groups = {"workers": [p.pid for p in procs], "sandbox": [sandbox.pid], "bench": [os.getpid()]}
+        costs = RunCosts(conn, groups)
+        await costs.start()
         started = time.perf_counter()
         await resume_queue(conn, "psp.ipps")
-        while await conn.fetchval("SELECT count(*) FROM intent WHERE channel = 'ipps-transfer'"  # noqa: ASYNC110 - polls the database
-                                  " AND status = 'confirmed'"):  # fmt: skip
-            await asyncio.sleep(0.05)
+        with Profile(procs[0].pid, profile):
+            while await conn.fetchval("SELECT count(*) FROM intent WHERE channel = 'ipps-transfer'"  # noqa: ASYNC110 - polls the database
+                                      " AND status = 'confirmed'"):  # fmt: skip
+                await asyncio.sleep(0.05)
         seconds = time.perf_counter() - started
+        measured = await costs.stop()
+        print(measured.report(payouts, "payout"))
+        if statements:
+            print(measured.report_statements(payouts))
         settled = await conn.fetchval(
             "SELECT count(*) FROM intent WHERE channel = 'ipps-transfer' AND status = 'settled'"
         )
         await conn.close()
         async with httpx.AsyncClient() as http:
             submissions = (await http.get(f"{sandbox_url}/admin/submissions")).json()
+        print(f"  load {os.getloadavg()[0]:.1f}")
         return {
             "workers": workers, "payouts": payouts, "settled": settled, "seconds": round(seconds, 2),
             "payouts_per_s": round(payouts / seconds, 1), "submissions": sum(submissions.values()),
@@ -138,7 +181,8 @@ async def one_run(workers: int, payouts: int, latency_ms: int, concurrency: int)
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=60)
-        server.should_exit = True
+        sandbox.terminate()
+        sandbox.wait(timeout=30)
         await drop(url)
 
 
@@ -148,9 +192,14 @@ async def main() -> None:
     parser.add_argument("--latency-ms", type=int, default=20)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--statements", action="store_true", help="print the statements per payout")
+    parser.add_argument("--profile", help="py-spy the first worker into FILE.<workers> (collapsed stacks)")
     args = parser.parse_args()
     for workers in args.workers:
-        result = await one_run(workers, args.payouts, args.latency_ms, args.concurrency)
+        profile = f"{args.profile}.{workers}" if args.profile else None
+        result = await one_run(
+            workers, args.payouts, args.latency_ms, args.concurrency, profile, args.statements
+        )
         print(json.dumps(result))
 
 

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.processes import PaymanagerProcess, free_port, paymanager_env  # noqa: E402
 
+from costs import Costs, Profile, RunCosts, enable_statements  # noqa: E402
 from paymanager import bootstrap  # noqa: E402
 from paymanager.application.accounts.use_cases import OpenAccount, open_account  # noqa: E402
 from paymanager.application.services.use_cases import ServiceIdentity, create_service  # noqa: E402
@@ -66,6 +67,7 @@ async def make_database() -> str:
     url = with_db(SERVER, name)
     conn = await asyncpg.connect(url)
     await migrations.migrate(conn)
+    await enable_statements(conn)
     await conn.close()
     return url
 
@@ -97,6 +99,13 @@ class Sandbox:
                     self.stop()
                     raise RuntimeError(f"the {kind} sandbox did not start") from None
                 time.sleep(0.1)
+
+    def requests(self) -> int:
+        """Provider calls served (the sandbox's counters: submissions of each operation)."""
+        counters = httpx.get(f"{self.url}/_sandbox/counters", timeout=30).json()
+        return sum(
+            n for card in counters.values() for name, n in card.items() if name.endswith("submissions")
+        )
 
     def post(self, path: str, body: object) -> None:
         response = httpx.post(f"{self.url}{path}", json=body, timeout=30)
@@ -227,30 +236,54 @@ Parts = tuple[Sessions, ServiceIdentity, uuid.UUID]
 
 
 async def sessions_phase(
-    url: str, pool: asyncpg.Pool, parts: Parts, gift: Sandbox, card: Sandbox, n: int, latency_ms: int
-) -> tuple[float, float]:
+    url: str,
+    pool: asyncpg.Pool,
+    parts: Parts,
+    gift: Sandbox,
+    card: Sandbox,
+    n: int,
+    latency_ms: int,
+    profile: str | None = None,
+) -> tuple[float, float, Costs, int]:
+    """Completed sessions/s, the workers' cores, the run's costs and the provider calls made."""
     for sandbox in (gift, card):
         sandbox.post("/_sandbox/faults", {"latency_ms": latency_ms})
     await pause(pool)
     done_before = await count(pool, "SELECT count(*) FROM checkout_session WHERE status = 'completed'")
     await backlog(*parts, gift, n)
+    calls_before = gift.requests() + card.requests()
     procs = workers(url, gift, card, 2)
     try:
         wait_started(procs)
-        cpu = cpu_seconds(procs)
-        seconds = await drain(
-            pool, "SELECT count(*) FROM checkout_session WHERE status = 'completed'", done_before + n
-        )
-        cores = (cpu_seconds(procs) - cpu) / seconds
+        groups = {
+            "workers": [p.proc.pid for p in procs],
+            "giftcard": [gift.proc.pid],
+            "card": [card.proc.pid],
+            "bench": [os.getpid()],
+        }
+        async with pool.acquire() as conn:
+            costs = RunCosts(conn, groups)
+            await costs.start()
+            cpu = cpu_seconds(procs)
+            with Profile(procs[0].proc.pid, profile):
+                seconds = await drain(
+                    pool, "SELECT count(*) FROM checkout_session WHERE status = 'completed'", done_before + n
+                )
+            cores = (cpu_seconds(procs) - cpu) / seconds
+            measured = await costs.stop()
     finally:
         stop(procs)
-    return n / seconds, cores
+    calls = gift.requests() + card.requests() - calls_before
+    return n / seconds, cores, measured, calls
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=2_000, help="Sessions per phase.")
     parser.add_argument("--latency-ms", type=int, default=20, help="Provider latency of phase 2.")
+    parser.add_argument("--statements", action="store_true", help="Print phase 2's statements per session.")
+    parser.add_argument("--profile", help="py-spy one worker of phase 2 into this file (collapsed stacks).")
+    parser.add_argument("--skip-baseline", action="store_true", help="Skip phase 1 (the no-op engine).")
     args = parser.parse_args()
     url = await make_database()
     gift = Sandbox("giftcard")
@@ -261,10 +294,15 @@ async def main() -> None:
         raise
     try:
         sessions, shop, merchant, pool = await setup(url, gift, card)
-        jobs_rate = await baseline(url, pool, gift, card, args.count * 3)
-        print(f"1. engine baseline, 2 outbox-worker processes, no-op session jobs: {jobs_rate:8.0f} jobs/s")
-        rate, cores = await sessions_phase(
-            url, pool, (sessions, shop, merchant), gift, card, args.count, args.latency_ms
+        if args.skip_baseline:
+            jobs_rate = float("nan")
+        else:
+            jobs_rate = await baseline(url, pool, gift, card, args.count * 3)
+            print(
+                f"1. engine baseline, 2 outbox-worker processes, no-op session jobs: {jobs_rate:8.0f} jobs/s"
+            )
+        rate, cores, costs, calls = await sessions_phase(
+            url, pool, (sessions, shop, merchant), gift, card, args.count, args.latency_ms, args.profile
         )
         print(
             f"2. sessions, 2 outbox-worker processes, {args.latency_ms} ms providers,"
@@ -272,12 +310,18 @@ async def main() -> None:
             f" {rate:8.0f} completed sessions/s ({3 * rate / jobs_rate:.2f} x baseline in jobs/s);"
             f" workers {cores:.2f} cores, load {os.getloadavg()[0]:.1f} of {psutil.cpu_count()} cores"
         )
-        rate0, cores0 = await sessions_phase(url, pool, (sessions, shop, merchant), gift, card, args.count, 0)
+        print(costs.report(args.count, "session") + f", {calls / args.count:.1f} provider calls")
+        if args.statements:
+            print(costs.report_statements(args.count))
+        rate0, cores0, costs0, calls0 = await sessions_phase(
+            url, pool, (sessions, shop, merchant), gift, card, args.count, 0
+        )
         print(
             f"3. sessions, 2 outbox-worker processes,  0 ms providers, backlog of {args.count}:"
             f" {rate0:8.0f} completed sessions/s ({3 * rate0 / jobs_rate:.2f} x baseline in jobs/s);"
-            f" workers {cores0:.2f} cores"
+            f" workers {cores0:.2f} cores, load {os.getloadavg()[0]:.1f}"
         )
+        print(costs0.report(args.count, "session") + f", {calls0 / args.count:.1f} provider calls")
         await pool.close()
     finally:
         gift.stop()

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from costs import Costs, Profile, RunCosts, enable_statements
 from paymanager.adapters.secret_box import SecretBox
 from paymanager.application.services.use_cases import create_service
 from paymanager.application.webhooks.address_guard import AddressGuard
@@ -57,7 +58,9 @@ async def wait_port(port: int) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-async def run(processes: int, deliveries: int, endpoints: int, hang: bool) -> float:
+async def run(
+    processes: int, deliveries: int, endpoints: int, hang: bool, profile: str | None
+) -> tuple[float, Costs]:
     name = f"bench_webhooks_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(SERVER)
     await admin.execute(f'CREATE DATABASE "{name}"')
@@ -67,6 +70,7 @@ async def run(processes: int, deliveries: int, endpoints: int, hang: bool) -> fl
         pool = await create_pool(url, min_size=1, max_size=4)
         async with pool.acquire() as conn:
             await migrations.migrate(conn)
+            await enable_statements(conn)
             box = SecretBox.from_config(None)
             service, _ = await create_service(conn, box, "bench", admin=False)
             guard = AddressGuard(["127.0.0.1"])
@@ -81,18 +85,24 @@ async def run(processes: int, deliveries: int, endpoints: int, hang: bool) -> fl
             **os.environ, "DATABASE_URL": url, "LOG_LEVEL": "warning", "WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
             "WEBHOOK_CONCURRENCY": "128", "WEBHOOK_ENDPOINT_CONCURRENCY": "32", "DB_POOL_MAX_SIZE": "10",
         }  # fmt: skip
-        children.append(spawn(["sandbox", "merchant", "--port", str(RECEIVER_PORT), "--delay-ms", "50"], env))
+        receiver = spawn(["sandbox", "merchant", "--port", str(RECEIVER_PORT), "--delay-ms", "50"], env)
+        children.append(receiver)
         if hang:
             children.append(spawn(["sandbox", "merchant", "--port", str(HANG_PORT), "--mode", "hang"], env))
         await wait_port(RECEIVER_PORT)
-        for _ in range(processes):
-            children.append(spawn(["run"], {**env, "WORKER_ROLES": "outbox-worker"}))
+        workers = [spawn(["run"], {**env, "WORKER_ROLES": "outbox-worker"}) for _ in range(processes)]
+        children.extend(workers)
         async with pool.acquire() as conn:
             for _ in range(200):
                 if await conn.fetchval("SELECT count(*) FROM process WHERE stopped_at IS NULL") >= processes:
                     break
                 await asyncio.sleep(0.1)
             events = deliveries // endpoints
+            groups = {"workers": [w.pid for w in workers], "receiver": [receiver.pid], "bench": [os.getpid()]}
+            costs = RunCosts(conn, groups)
+            await costs.start()
+            spy = Profile(workers[0].pid, profile)
+            spy.__enter__()
             started = time.perf_counter()
             await conn.execute(
                 "SELECT webhook_enqueue($1, 'intent.settled', jsonb_build_object('n', g), now())"
@@ -110,6 +120,8 @@ async def run(processes: int, deliveries: int, endpoints: int, hang: bool) -> fl
                     break
                 await asyncio.sleep(0.02)
             elapsed = time.perf_counter() - started
+            spy.__exit__()
+            measured = await costs.stop()
             if os.environ.get("BENCH_DETAILS"):  # where the time went: receiver latency, job durations
                 print(
                     await conn.fetchrow(
@@ -124,7 +136,7 @@ async def run(processes: int, deliveries: int, endpoints: int, hang: bool) -> fl
                     )
                 )
         await pool.close()
-        return target / elapsed
+        return target / elapsed, measured
     finally:
         for child in children:
             child.terminate()
@@ -141,11 +153,19 @@ def main() -> None:
     parser.add_argument("--deliveries", type=int, default=4_000)
     parser.add_argument("--endpoints", type=int, default=8)
     parser.add_argument("--hang", action="store_true", help="add an endpoint whose receiver hangs")
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--statements", action="store_true", help="print the statements per delivery")
+    parser.add_argument("--profile", help="py-spy the first worker into FILE.<processes> (collapsed stacks)")
     args = parser.parse_args()
-    for processes in (1, 2):
-        rate = asyncio.run(run(processes, args.deliveries, args.endpoints, args.hang))
+    for processes in args.processes:
+        profile = f"{args.profile}.{processes}" if args.profile else None
+        rate, costs = asyncio.run(run(processes, args.deliveries, args.endpoints, args.hang, profile))
         print(f"processes={processes} deliveries={args.deliveries} endpoints={args.endpoints} "
-              f"hang={args.hang} receiver_delay_ms=50: {rate:,.0f} deliveries/s")  # fmt: skip
+              f"hang={args.hang} receiver_delay_ms=50: {rate:,.0f} deliveries/s, "
+              f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
+        print(costs.report(args.deliveries // args.endpoints * args.endpoints, "delivery"))
+        if args.statements:
+            print(costs.report_statements(args.deliveries // args.endpoints * args.endpoints))
 
 
 if __name__ == "__main__":

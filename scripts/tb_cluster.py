@@ -25,11 +25,13 @@ def main() -> None:
     cluster = TigerBeetleCluster(binary, replica_count=replicas, full_batches=False)
     print(f"TB_ADDRESS={cluster.address}", flush=True)
     try:
+        # Blocked only now: the replicas inherit the mask, and with SIGTERM blocked their stop would
+        # wait out its timeout and end in SIGKILL.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
         cluster.close()
 
 
 if __name__ == "__main__":
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     main()

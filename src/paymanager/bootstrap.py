@@ -29,7 +29,7 @@ from paymanager.adapters.psp.drivers import DRIVERS
 from paymanager.adapters.psp.port import PspDriver
 from paymanager.adapters.redis_events import RedisPublisher
 from paymanager.adapters.secret_box import SecretBox
-from paymanager.adapters.webhook_http import HttpxSender
+from paymanager.adapters.webhook_http import HttpSender
 from paymanager.application.accounts.use_cases import seed_system_accounts
 from paymanager.application.admin.gauges import register_gauges
 from paymanager.application.context import Payments
@@ -40,7 +40,7 @@ from paymanager.application.intents.events import EventPublisher, NoPublisher
 from paymanager.application.intents.invoice_sweep import INVOICE_QUEUE, SWEEP_KIND, invoice_sweep_handler
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle_handler
-from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler
+from paymanager.application.ledger_ops import EXPIRE_KIND, expire_pending_handler, joins_transactions
 from paymanager.application.psp.balance import BalanceMonitor
 from paymanager.application.psp.config import load_drivers
 from paymanager.application.psp.payout import (
@@ -136,7 +136,7 @@ class Components:
     services: tuple[Service, ...]
     # The SSRF guard of webhook URLs (registration and delivery share it) and the delivery's client.
     webhook_guard: AddressGuard
-    webhook_sender: HttpxSender
+    webhook_sender: HttpSender
     # Set when the process shuts down: long-lived work (event streams) ends itself.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     # The PSP drivers of this process, by PSP name (the psp-worker's PSP_NAMES; for the api, those
@@ -152,6 +152,8 @@ class Components:
             with contextlib.suppress(Exception):
                 await driver.aclose()
         await self.ledger.close()
+        if self.payments.side_pool is not None:
+            await self.payments.side_pool.close()
         await self.webhook_sender.close()
         if self.sessions is not None:
             with contextlib.suppress(Exception):
@@ -177,6 +179,15 @@ async def build(
     ledger = await _step("connect the ledger", connect_ledger(settings, database))
     redis = await _step("connect Redis", connect_redis(settings))
     payments = _payments(settings, database, ledger, redis, process_id)
+    if not joins_transactions(ledger):
+        payments.side_pool = await _step(
+            "open the ledger decisions' pool",
+            database.open_pool(
+                max_size=settings.db_decision_pool_size,
+                statement_timeout_ms=settings.db_statement_timeout_ms,
+                application_name="paymanager:decisions",
+            ),
+        )
     await _step("prepare storage", storage.prepare(database.pool, settings))
     await _step("seed and verify system accounts", seed_system_accounts(payments))
     await _step("register channels", _register_channels(payments))
@@ -193,7 +204,7 @@ async def build(
         await _step("limit the PSP queues", _limit_psp_queues(database, settings))
     hub = IntentEventHub(database) if Role.API in settings.worker_roles else None
     guard = AddressGuard(settings.webhook_allowed_hosts, resolver)
-    sender = HttpxSender(timeout_ms=settings.webhook_timeout_ms, connections_max=settings.webhook_concurrency)
+    sender = HttpSender(timeout_ms=settings.webhook_timeout_ms, connections_max=settings.webhook_concurrency)
     deliverer = WebhookDeliverer(
         payments, guard, sender, EndpointSlots(settings.webhook_endpoint_concurrency),
         Schedule(settings.webhook_retry_schedule_ms),
@@ -391,7 +402,14 @@ def psp_worker(
     PSP_LEASE_SEC: the time after which another process takes over the payout of a lost one."""
     registry = Registry()
     handler = payout_handler(
-        payments, drivers, PayoutSettings(settings.psp_poll_interval_ms, settings.psp_max_retries)
+        payments,
+        drivers,
+        PayoutSettings(
+            settings.psp_poll_interval_ms,
+            settings.psp_max_retries,
+            end_batch_max=settings.outbox_batch_size,
+            end_batches_in_flight=settings.outbox_settle_batches_in_flight,
+        ),
     )
     registry.register(
         PAYOUT_KIND, handler, queue=queue_of(settings.psp_names[0]), max_attempts=PAYOUT_MAX_ATTEMPTS

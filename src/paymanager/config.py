@@ -75,6 +75,25 @@ class Settings(BaseSettings):
     log_format: LogFormat = Field(
         default="auto", description="json, console, or auto (console on a terminal, else json)."
     )
+    tracing_enabled: bool = Field(
+        default=False,
+        description="OpenTelemetry spans (HTTP request, job, ledger call) and the trace id in log lines; "
+        "needs the `tracing` extra. Off: nothing of OpenTelemetry is loaded.",
+    )
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector the spans go to (e.g. http://otel-collector:4318). Unset: "
+        "OpenTelemetry's own default (http://localhost:4318).",
+    )
+    otel_service_name: str = Field(
+        default="paymanager", min_length=1, max_length=100, description="service.name of the spans."
+    )
+    tracing_sample_ratio: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of new traces recorded (a request carrying a sampled traceparent is always).",
+    )
     process_heartbeat_interval_ms: int = Field(
         default=5_000, ge=100, le=60_000, description="How often a process refreshes its heartbeat row."
     )
@@ -96,6 +115,12 @@ class Settings(BaseSettings):
     db_pool_min_size: int = Field(default=2, ge=0, le=100, description="Connections kept open per process.")
     db_pool_max_size: int = Field(
         default=10, ge=1, le=200, description="Most connections per process (at least 4 with a job role)."
+    )
+    db_decision_pool_size: int = Field(
+        default=4,
+        ge=1,
+        le=100,
+        description="Connections per process, apart from the pool, for TigerBeetle's ledger decisions.",
     )
     db_statement_timeout_ms: int = Field(
         default=30_000, ge=0, le=3_600_000, description="statement_timeout of every pooled connection."
@@ -147,8 +172,8 @@ class Settings(BaseSettings):
         default=2,
         ge=1,
         le=64,
-        description="Most shared settlement transactions running at once per process (each settles up "
-        "to outbox_batch_size intents).",
+        description="Most shared settlement transactions running at once per process and kind (each "
+        "ends up to outbox_batch_size intents, payouts, session actions or webhook deliveries).",
     )
     outbox_max_depth: int = Field(
         default=100_000,

@@ -15,7 +15,11 @@ import structlog
 def configure_logging(level: str = "info", fmt: str = "auto", **context: Any) -> None:
     """Configure structlog and the standard library's root logger once per process."""
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
+    from paymanager import tracing
+
     shared: list[Any] = [
+        # The active span's trace_id and span_id (TRACING_ENABLED); absent otherwise, at no cost.
+        *([tracing.add_trace_ids] if tracing.enabled() else []),
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

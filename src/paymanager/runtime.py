@@ -224,6 +224,9 @@ class Runtime:
         """Stop listening, let running work finish within the timeout, release the rest, close."""
         timeout_s = self.settings.shutdown_timeout_ms / 1000
         deadline = time.monotonic() + timeout_s
+        # A start that failed before the database opened has nothing to stop: its one line is the
+        # start-up failure, not a "stopped" beside it.
+        opened = self.database is not None
         if self.components is not None:
             self.components.stopping.set()
         # First of all, nothing takes new work (workers stop claiming), while HTTP drains.
@@ -253,7 +256,8 @@ class Runtime:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.database.close(), timeout=max(0.1, deadline - time.monotonic()))
             self.database = None
-        log.info("stopped")
+        if opened:
+            log.info("stopped")
 
     async def run(self, after_start: AfterStart | None = None) -> None:
         """Start, serve until SIGTERM/SIGINT, shut down. `after_start` runs beside the roles once

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from paymanager import __version__
+from paymanager import __version__, tracing
 from paymanager import metrics as prometheus
 from paymanager.api.errors import error_response, install_error_handlers
 from paymanager.api.http_metrics import HttpMetricsMiddleware
@@ -73,6 +73,11 @@ def create_app(components: Components) -> FastAPI:
     )
     _serve_redoc(app)
     app.add_middleware(HttpMetricsMiddleware)
+    if tracing.enabled():
+        # Imported here: with tracing off the request path has no tracing code at all.
+        from paymanager.api.http_tracing import HttpTracingMiddleware
+
+        app.add_middleware(HttpTracingMiddleware)  # outermost: the access log line is inside the span
 
     app.add_middleware(PagesPolicyMiddleware)
 

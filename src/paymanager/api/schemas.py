@@ -80,6 +80,10 @@ class AccountCreate(_Strict):
 
 class AccountOut(BaseModel):
     id: str
+    ledger_account_id: str = Field(
+        description="The account's id in the ledger (a decimal u128): `paymanager ledger balance` takes it, "
+        "or `id`."
+    )
     kind: str
     currency: str
     name: str | None
@@ -90,6 +94,7 @@ class AccountOut(BaseModel):
 
 class BalanceOut(BaseModel):
     account_id: str
+    ledger_account_id: str = Field(description="The account's id in the ledger (a decimal u128).")
     currency: str
     posted: int = Field(description="Settled balance.")
     pending: int = Field(description="Net of holds not yet settled (incoming minus outgoing).")

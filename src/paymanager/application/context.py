@@ -43,6 +43,15 @@ class Payments:
     system_accounts: dict[str, uuid.UUID] = field(default_factory=dict)
     # Called at each crash point of the ledger protocol (holds/resolve.py); tests inject failures there.
     checkpoint: Callable[[str], Awaitable[None]] = _no_checkpoint
+    # TigerBeetle: the pool of the decisions and hold ids, committed on connections of their own while
+    # the caller's transaction holds a connection of `pool`. Apart from `pool`, so that callers each
+    # holding one of its connections never all wait for a second one (None: `pool`).
+    side_pool: Pool | None = None
+
+    @property
+    def side(self) -> Pool:
+        """Where a statement committed apart from the caller's transaction takes its connection."""
+        return self.side_pool if self.side_pool is not None else self.pool
 
     def system_account(self, role: SystemAccount, currency: str, shard: int | None = None) -> uuid.UUID:
         name = system_account_name(role, currency, shard)

@@ -23,6 +23,7 @@ from paymanager.domain.money import currency
 from paymanager.jobs import JobContext
 from paymanager.ledger import (
     AMOUNT_MAX,
+    BATCH_MAX,
     Account,
     AccountFlags,
     CreateTransferResult,
@@ -271,19 +272,43 @@ def _resolve_outcome(
     return outcome
 
 
+# A void of a hold a lost confirm may have left: the hold was never made (not found), its id burned
+# (the hold was refused), or it is already voided or expired; all mean nothing is held any more.
+_RELEASED = _VOIDED | {
+    CreateTransferResult.pending_transfer_not_found,
+    CreateTransferResult.id_already_failed,
+    CreateTransferResult.linked_event_failed,
+}
+# Intents per ledger batch of `release_unconfirmed_holds` (at most two legs each).
+_RELEASE_CHUNK = BATCH_MAX // 2
+
+
 async def release_unconfirmed_hold(ledger: Ledger, intent: Intent, hold_id: uuid.UUID) -> None:
     """Void the holds `hold_id` names, which a lost confirm of `intent` may have left on a ledger that
     cannot join transactions; a hold that does not exist is nothing to do."""
-    held = dataclasses.replace(intent, hold_id=hold_id)
-    results = await ledger.create_transfers(_resolve_transfers(held, post=False))
-    harmless = _VOIDED | {
-        CreateTransferResult.pending_transfer_not_found,
-        CreateTransferResult.id_already_failed,
-        CreateTransferResult.linked_event_failed,
-    }
-    refused = [r.result.name for r in results if not r.ok and r.result not in harmless]
-    if refused:
-        raise LedgerRefusedError(f"the ledger refused to release the hold of intent {intent.id}: {refused}")
+    await release_unconfirmed_holds(ledger, [(intent, hold_id)])
+
+
+async def release_unconfirmed_holds(ledger: Ledger, held: Sequence[tuple[Intent, uuid.UUID]]) -> None:
+    """`release_unconfirmed_hold` for many intents, in as few ledger batches as fit. The void ids
+    derive from the hold ids, so a release retried after a crash is answered `exists`."""
+    for start in range(0, len(held), _RELEASE_CHUNK):
+        chunk = held[start : start + _RELEASE_CHUNK]
+        voids = [
+            (intent.id, void)
+            for intent, hold_id in chunk
+            for void in _resolve_transfers(dataclasses.replace(intent, hold_id=hold_id), post=False)
+        ]
+        results = await ledger.create_transfers([void for _, void in voids])
+        refused = sorted(
+            {
+                (str(intent_id), r.result.name)
+                for (intent_id, _), r in zip(voids, results, strict=True)
+                if not r.ok and r.result not in _RELEASED
+            }
+        )
+        if refused:
+            raise LedgerRefusedError(f"the ledger refused to release unconfirmed holds: {refused}")
 
 
 async def refund(

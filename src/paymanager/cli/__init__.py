@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from paymanager.cli._command import fail, load_settings, run_async
+from paymanager.cli._command import EXIT_CONFIG, fail, load_settings, run_async
 from paymanager.config import Settings, settings_markdown_table
+
+if TYPE_CHECKING:
+    from paymanager.db.migrations import MigrationStatus
 
 app = typer.Typer(
     name="paymanager",
@@ -35,12 +39,18 @@ def run(
     ] = False,
 ) -> None:
     """Start paymanager with the roles of WORKER_ROLES."""
+    from paymanager import tracing
     from paymanager.bootstrap import Components
     from paymanager.logging import configure_logging, get_logger
     from paymanager.roles import describe
     from paymanager.runtime import Runtime, StartupError, process_id
 
     settings = load_settings()
+    try:
+        # Before the logs: their processor chain includes the trace ids when tracing is on.
+        tracing.configure(settings)
+    except tracing.TracingUnavailableError as exc:
+        fail(f"error: {exc}", EXIT_CONFIG)
     # The demo draws a progress display: keep routine log lines out of it unless LOG_LEVEL asks.
     level = "warning" if demo and "LOG_LEVEL" not in os.environ else settings.log_level
     configure_logging(level, settings.log_format, process=process_id(), roles=describe(settings.worker_roles))
@@ -63,9 +73,14 @@ def run(
         run_async(runtime.run(after_start))
     except StartupError as exc:
         log.error("start-up failed", step=exc.step, error=str(exc.__cause__ or exc))
-        raise typer.Exit(1) from None
+        from paymanager.db.migrations import ChangedMigrationError
+
+        # A changed migration file is a build to fix, not an outage to wait out: the config exit code.
+        raise typer.Exit(EXIT_CONFIG if isinstance(exc.__cause__, ChangedMigrationError) else 1) from None
     except KeyboardInterrupt:
         pass
+    finally:
+        tracing.shutdown()  # exports the spans still buffered
 
 
 def _serve_sandbox_psps(settings: Settings) -> None:
@@ -129,26 +144,171 @@ def _migrate(settings: Settings, *, job_engine_only: bool = False, create_embedd
                 await conn.close()
         return [f"{m.version:04d}_{m.name}" for m in applied]
 
-    return run_async(apply())
+    try:
+        return run_async(apply())
+    except migrations.ChangedMigrationError as exc:
+        fail(f"error: {exc}", EXIT_CONFIG)
 
 
 @app.command()
-def migrate() -> None:
-    """Apply every pending database migration (safe to run from many processes at once)."""
+def migrate(
+    status: Annotated[
+        bool, typer.Option("--status", help="List every migration, applied or pending, with checksums.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the migrations that would run; change nothing.")
+    ] = False,
+    wait: Annotated[
+        float | None,
+        typer.Option(
+            "--wait",
+            min=0,
+            max=86_400,
+            metavar="SECONDS",
+            help="Apply nothing: wait until another process has migrated the schema this code needs "
+            "(exit 0), at most SECONDS (then exit 1). Kubernetes init containers use it.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="With --status or --dry-run: JSON.")] = False,
+) -> None:
+    """Apply every pending database migration (safe to run from many processes at once).
+
+    Examples: `paymanager migrate`, `paymanager migrate --status`, `paymanager migrate --dry-run`,
+    `paymanager migrate --wait 600`.
+    """
     settings = load_settings()
+    if sum([status, dry_run, wait is not None]) > 1:
+        fail("error: give one of --status, --dry-run and --wait", EXIT_CONFIG)
+    if wait is not None:
+        _wait_for_schema(settings, wait)
+        return
+    if status or dry_run:
+        _migration_report(settings, dry_run=dry_run, as_json=as_json)
+        return
     applied = _migrate(settings)
+    if as_json:
+        typer.echo(json.dumps({"applied": applied}))
+        return
     typer.echo("applied: " + ", ".join(applied) if applied else "the schema is current")
+
+
+# How often `migrate --wait` looks again: a migration Job takes seconds to minutes.
+SCHEMA_POLL_S = 1.0
+
+
+def _wait_for_schema(settings: Settings, timeout_s: float) -> None:
+    """`migrate --wait`: return once the schema has every migration this code ships. A database not
+    reachable yet counts as not migrated yet (the init container may start before PostgreSQL); a
+    changed migration file exits 2 at once, since waiting cannot fix it."""
+    import asyncio
+    import time
+
+    import asyncpg
+
+    from paymanager.db import migrations
+    from paymanager.db.database import NoDatabaseError, opened
+
+    async def wait() -> str:
+        deadline = time.monotonic() + timeout_s
+        last = "not checked yet"
+        while True:
+            try:
+                async with (
+                    opened(settings, application_name="paymanager:migrate-wait", max_size=1) as db,
+                    db.pool.acquire() as conn,
+                ):
+                    await migrations.check_schema(conn)
+                return ""
+            except migrations.SchemaOutdatedError as exc:
+                last = f"missing {', '.join(m.file_name for m in exc.missing)}"
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, NoDatabaseError) as exc:
+                last = f"database not reachable: {exc}"
+            if time.monotonic() >= deadline:
+                return last
+            await asyncio.sleep(SCHEMA_POLL_S)
+
+    try:
+        still = run_async(wait())
+    except migrations.ChangedMigrationError as exc:
+        fail(f"error: {exc}", EXIT_CONFIG)
+    if still:
+        fail(f"error: the schema is not current after {timeout_s:g} s ({still})", 1)
+    typer.echo("the schema is current")
+
+
+def _migration_report(settings: Settings, *, dry_run: bool, as_json: bool) -> None:
+    """`migrate --status` / `--dry-run`: read the version table, change nothing (and create no
+    embedded database: a report on an empty one would be about a database nobody uses)."""
+    from paymanager.db import migrations
+    from paymanager.db.database import opened
+
+    async def read() -> list[MigrationStatus]:
+        async with (
+            opened(settings, application_name="paymanager:migrate", max_size=1) as database,
+            database.pool.acquire() as conn,
+        ):
+            return await migrations.migration_status(conn)
+
+    report = run_async(read())
+    if dry_run:
+        pending = [row for row in report if row.state == "pending"]
+        if as_json:
+            typer.echo(json.dumps({"would_apply": [_migration_json(row) for row in pending]}))
+            return
+        if not pending:
+            typer.echo("nothing to apply: the schema is current")
+        for row in pending:
+            typer.echo(f"would apply {row.version:04d}_{row.name}  sha256:{row.file_checksum}")
+        _refusal_note(report)
+        return
+    if as_json:
+        typer.echo(json.dumps({"migrations": [_migration_json(row) for row in report]}))
+        return
+    typer.echo(f"{'VERSION':<8} {'NAME':<32} {'STATE':<10} {'APPLIED AT':<25} CHECKSUM")
+    for row in report:
+        applied_at = row.applied_at.isoformat(timespec="seconds") if row.applied_at else "-"
+        checksum = row.applied_checksum or row.file_checksum or "-"
+        typer.echo(f"{row.version:04d}     {row.name:<32} {row.state:<10} {applied_at:<25} {checksum}")
+        if row.state == "changed":
+            typer.echo(f"         file now sha256:{row.file_checksum}")
+    waiting = sum(1 for row in report if row.state == "pending")
+    typer.echo(f"{sum(1 for row in report if row.applied_at)} applied, {waiting} pending")
+    _refusal_note(report)
+
+
+def _refusal_note(report: list[MigrationStatus]) -> None:
+    changed = [f"{row.version:04d}_{row.name}.sql" for row in report if row.state == "changed"]
+    if changed:
+        typer.echo(
+            f"note: changed since applied: {', '.join(changed)}; `paymanager migrate` and start-up refuse",
+            err=True,
+        )
+
+
+def _migration_json(row: MigrationStatus) -> dict[str, Any]:
+    return {
+        "version": row.version,
+        "name": row.name,
+        "state": row.state,
+        "file_checksum": row.file_checksum,
+        "applied_checksum": row.applied_checksum,
+        "applied_at": row.applied_at.isoformat() if row.applied_at else None,
+    }
 
 
 @app.command()
 def config(
     markdown: Annotated[bool, typer.Option(help="Print the table of every variable instead.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object of NAME: value.")] = False,
 ) -> None:
     """Print the effective configuration, secrets masked."""
     if markdown:
         typer.echo(settings_markdown_table())
         return
     settings = load_settings()
+    if as_json:
+        typer.echo(json.dumps(settings.public_view(), default=str))
+        return
     width = max(len(name) for name in settings.public_view())
     for name, value in settings.public_view().items():
         typer.echo(f"{name.ljust(width)}  {value}")

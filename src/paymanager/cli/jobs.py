@@ -108,12 +108,20 @@ def _intent_id(text: str) -> uuid.UUID:
 
 
 @jobs_app.command()
-def show(job_id: int) -> None:
-    """Every field of one job, its error history included."""
+def show(
+    job_id: int,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Compact, on one line (default: indented).")
+    ] = False,
+) -> None:
+    """Every field of one job as JSON, its error history included."""
     row = _with_conn(lambda c: admin.get_job(c, job_id))
     if row is None:
         typer.echo(f"job {job_id} not found", err=True)
         raise typer.Exit(1)
+    if as_json:
+        typer.echo(orjson.dumps(row, default=str).decode())
+        return
     _echo_json(row)
 
 

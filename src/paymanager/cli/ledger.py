@@ -7,6 +7,9 @@ TigerBeetle, which keeps its own invariants (debits equal credits) by constructi
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
@@ -21,8 +24,14 @@ ledger_app = typer.Typer(name="ledger", help="Inspect and verify the ledger.", n
 
 AccountArg = Annotated[
     str,
-    typer.Argument(help="Account id (decimal or 0x hex) or a system account name such as system.fees.THB."),
+    typer.Argument(
+        help="An API account id (a UUID, as `GET /accounts/{id}` shows it), a ledger account id (decimal "
+        "or 0x hex: the API's `ledger_account_id`), or a system account name such as system.fees.THB."
+    ),
 ]
+JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document instead of text.")]
+# The API's account ids are UUIDs in their canonical form; the ledger's id is the same 128 bits.
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
 
 
 _ACCOUNT_COLUMNS = [
@@ -34,15 +43,25 @@ _TRANSFER_COLUMNS = [
 ]  # fmt: skip
 
 
+def _json_value(value: object) -> object:
+    """Integers past JSON's exact range (2^53) as strings; everything else as it is."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**53:
+        return str(value)
+    return value
+
+
 def _row(columns: list[tuple[str, int]], values: list[object]) -> str:
     return " ".join(f"{value!s:>{width}}" for (_, width), value in zip(columns, values, strict=True))
 
 
 def parse_account(value: str) -> int:
-    """An id in decimal or hex, or else a name whose id is derived as `account_id_for` does."""
+    """An API account id (UUID), an id in decimal or hex, or else a name whose id is derived as
+    `account_id_for` does."""
     from paymanager.ledger import account_id_for
 
     text = value.strip()
+    if _UUID.match(text):
+        return uuid.UUID(text).int
     if text.isdigit():
         return int(text)
     if text.lower().startswith("0x"):
@@ -90,12 +109,19 @@ def accounts(
     ] = 0,
     after: Annotated[str, typer.Option(help="Start after this account id (pagination).")] = "0",
     limit: Annotated[int, typer.Option(min=1, max=8189, help="At most this many accounts.")] = 50,
+    as_json: JsonOption = False,
 ) -> None:
     """List accounts in id order with their balances."""
     found = _with_ledger(
         lambda lg: lg.list_accounts(after=parse_account(after), limit=limit, ledger=ledger_number),
         postgres_only="listing accounts reads the PostgreSQL ledger's tables; use `balance` on TigerBeetle",
     )
+    if as_json:
+        # Ids and amounts are u128: strings, which JSON readers do not round.
+        typer.echo(
+            json.dumps([{name: _json_value(getattr(a, name)) for name, _ in _ACCOUNT_COLUMNS} for a in found])
+        )
+        return
     typer.echo(_row(_ACCOUNT_COLUMNS, [name for name, _ in _ACCOUNT_COLUMNS]))
     for a in found:
         typer.echo(_row(_ACCOUNT_COLUMNS, [getattr(a, name) for name, _ in _ACCOUNT_COLUMNS]))
@@ -107,8 +133,13 @@ def balance(
     normal: Annotated[
         str | None, typer.Option(help="debit or credit (default: from the account's flags).")
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """Posted, pending and available balance of one account."""
+    """Posted, pending and available balance of one account.
+
+    Examples: `paymanager ledger balance system.funding.THB`, `paymanager ledger balance ACCOUNT_ID --json`
+    (ACCOUNT_ID: an account's `id` or `ledger_account_id`, as `GET /accounts/{id}` shows them).
+    """
     from paymanager.ledger import AccountNotFoundError
 
     if normal not in (None, "debit", "credit"):
@@ -119,6 +150,13 @@ def balance(
     except AccountNotFoundError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from None
+    if as_json:
+        fields = {
+            "account": str(account_id), "normal": result.normal, "posted": result.posted,
+            "pending": result.pending, "available": result.available,
+        }  # fmt: skip
+        typer.echo(json.dumps({k: _json_value(v) for k, v in fields.items()}))
+        return
     typer.echo(f"account    {account_id}")
     typer.echo(f"normal     {result.normal}")
     typer.echo(f"posted     {result.posted}")
@@ -134,6 +172,7 @@ def transfers(
     code: Annotated[int, typer.Option(help="Only transfers with this code (0: any).")] = 0,
     limit: Annotated[int, typer.Option(min=1, max=8189, help="At most this many transfers.")] = 50,
     newest_first: Annotated[bool, typer.Option("--reversed", help="Newest first.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """The transfers of one account, oldest first (next page: --since <last timestamp + 1>)."""
     account_id = parse_account(account)
@@ -147,15 +186,22 @@ def transfers(
             reversed=newest_first,
         )
     )
+    rows = [
+        [t.timestamp, t.id, "debit" if t.debit_account_id == account_id else "credit", t.amount, t.code,
+         t.flags, t.pending_id or ""]
+        for t in found
+    ]  # fmt: skip
+    if as_json:
+        names = [name for name, _ in _TRANSFER_COLUMNS]
+        typer.echo(json.dumps([dict(zip(names, map(_json_value, row), strict=True)) for row in rows]))
+        return
     typer.echo(_row(_TRANSFER_COLUMNS, [name for name, _ in _TRANSFER_COLUMNS]))
-    for t in found:
-        side = "debit" if t.debit_account_id == account_id else "credit"
-        values = [t.timestamp, t.id, side, t.amount, t.code, t.flags, t.pending_id or ""]
+    for values in rows:
         typer.echo(_row(_TRANSFER_COLUMNS, values))
 
 
 @ledger_app.command()
-def verify() -> None:
+def verify(as_json: JsonOption = False) -> None:
     """Check the ledger's invariants; exit 1 when one is violated. The outcome is kept for the
     `paymanager_ledger_verify_*` gauges (run it from a CronJob to alert on drift)."""
     from paymanager.application.admin.use_cases import record_verification
@@ -183,6 +229,20 @@ def verify() -> None:
             return outcome
 
     result = asyncio.run(run())
+    if as_json:
+        totals = (
+            "accounts",
+            "transfers",
+            "debits_pending",
+            "credits_pending",
+            "debits_posted",
+            "credits_posted",
+        )
+        document = {name: _json_value(getattr(result, name)) for name in totals}
+        typer.echo(
+            json.dumps({**document, "ok": result.ok, "violations": [str(v) for v in result.violations]})
+        )
+        raise typer.Exit(0 if result.ok else 1)
     typer.echo(f"accounts         {result.accounts}")
     typer.echo(f"transfers        {result.transfers}")
     typer.echo(f"debits_pending   {result.debits_pending}")

@@ -27,8 +27,9 @@ def ls(
     state: Annotated[str | None, typer.Option(help="Only this state, e.g. MANUAL_REVIEW.")] = None,
     psp: Annotated[str | None, typer.Option(help="Only this PSP.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines, one transaction each.")] = False,
 ) -> None:
-    """List PSP transactions, newest first."""
+    """List PSP transactions, newest first: `paymanager psp ls --state MANUAL_REVIEW`."""
     from paymanager.application.psp import review
     from paymanager.application.psp.payout import describe
     from paymanager.cli._command import fail, load_settings
@@ -43,6 +44,8 @@ def ls(
             database.pool.acquire() as conn,
         ):
             rows = await review.list_txs(conn, state=state, psp=psp, limit=limit)
+        if as_json:
+            return [json.dumps(row.view()) for row in rows]
         return [f"{describe(row)}  intent={row.intent_id}  attempts={row.attempts}" for row in rows]
 
     try:
@@ -54,7 +57,12 @@ def ls(
 
 
 @psp_app.command("show")
-def show(tx_id: Annotated[str, typer.Argument(help="The PSP transaction's id.")]) -> None:
+def show(
+    tx_id: Annotated[str, typer.Argument(help="The PSP transaction's id.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Compact, on one line (default: indented).")
+    ] = False,
+) -> None:
     """One PSP transaction as JSON (the account number masked)."""
     from paymanager.application.psp import review
     from paymanager.cli._command import fail, load_settings
@@ -72,7 +80,7 @@ def show(tx_id: Annotated[str, typer.Argument(help="The PSP transaction's id.")]
             return (await review.get_tx(conn, parsed)).view()
 
     try:
-        typer.echo(json.dumps(run_async(run()), indent=2))
+        typer.echo(json.dumps(run_async(run()), indent=None if as_json else 2))
     except DomainError as exc:
         fail(exc.message, 1)
 

@@ -1,8 +1,12 @@
-"""`paymanager services`: register API callers and list them."""
+"""`paymanager services`: register API callers, list, disable them and rotate their secrets.
+
+create, disable and rotate-secret call the admin use cases the admin API calls (application/admin),
+so each is audited the same way, with `cli:<user>@<host>` as the actor."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Annotated
 
 import typer
@@ -44,8 +48,68 @@ def create(
     typer.echo("Keep the secret now: it is stored encrypted and cannot be shown again.", err=True)
 
 
+ServiceIdArg = Annotated[str, typer.Argument(help="The service's id (svc_...).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document instead of text.")]
+
+
+@services_app.command("disable")
+def disable(service_id: ServiceIdArg) -> None:
+    """Refuse a service's requests from now on (every api process within SERVICE_CACHE_TTL_MS).
+
+    Example: `paymanager services disable SERVICE_ID`.
+    """
+    from paymanager.application.admin.use_cases import Actor, disable_service
+    from paymanager.cli._command import fail, load_settings
+    from paymanager.db.database import opened
+
+    settings = load_settings()
+
+    async def run() -> bool:
+        async with (
+            opened(settings, application_name="paymanager:services", max_size=1) as database,
+            database.pool.acquire() as conn,
+        ):
+            return await disable_service(conn, Actor.cli(), service_id)
+
+    if not asyncio.run(run()):
+        fail(f"no service {service_id!r}")
+    typer.echo(f"{service_id}: disabled")
+
+
+@services_app.command("rotate-secret")
+def rotate_secret(service_id: ServiceIdArg) -> None:
+    """Give a service a new secret and print it (shown this once); the old one stops working within
+    SERVICE_CACHE_TTL_MS.
+
+    Example: `paymanager services rotate-secret SERVICE_ID`.
+    """
+    from paymanager.adapters.secret_box import SecretBox
+    from paymanager.application.admin.use_cases import Actor
+    from paymanager.application.admin.use_cases import rotate_secret as rotate
+    from paymanager.cli._command import fail, load_settings
+    from paymanager.db.database import opened
+
+    settings = load_settings()
+    kek = settings.psp_config_kek.get_secret_value() if settings.psp_config_kek else None
+    box = SecretBox.from_config(kek, warn=False)
+
+    async def run() -> str | None:
+        async with (
+            opened(settings, application_name="paymanager:services", max_size=1) as database,
+            database.pool.acquire() as conn,
+        ):
+            return await rotate(conn, box, Actor.cli(), service_id)
+
+    secret = asyncio.run(run())
+    if secret is None:
+        fail(f"no service {service_id!r}")
+    typer.echo(f"service_id: {service_id}")
+    typer.echo(f"secret:     {secret}")
+    typer.echo("Keep the secret now: it is stored encrypted and cannot be shown again.", err=True)
+
+
 @services_app.command("list")
-def list_() -> None:
+def list_(as_json: JsonOption = False) -> None:
     """List services (never their secrets)."""
     from paymanager.application.services.store import ServiceListing
     from paymanager.application.services.use_cases import list_services
@@ -61,7 +125,25 @@ def list_() -> None:
         ):
             return await list_services(conn)
 
-    for row in asyncio.run(run()):
+    rows = asyncio.run(run())
+    if as_json:
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "id": row.id,
+                        "name": row.name,
+                        "scopes": list(row.scopes),
+                        "requests_per_sec_max": row.requests_per_sec_max,
+                        "created_at": row.created_at.isoformat(),
+                        "disabled_at": row.disabled_at.isoformat() if row.disabled_at else None,
+                    }
+                    for row in rows
+                ]
+            )
+        )
+        return
+    for row in rows:
         scopes = ",".join(row.scopes) or "-"
         disabled = " (disabled)" if row.disabled_at else ""
         limit = row.requests_per_sec_max or "default"

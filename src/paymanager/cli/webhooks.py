@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
@@ -22,9 +23,10 @@ def ls(
     service: Annotated[str | None, typer.Option(help="Only this service's deliveries (svc_...).")] = None,
     endpoint: Annotated[str | None, typer.Option(help="Only this endpoint's deliveries (we_...).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=200)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines, one delivery each.")] = False,
 ) -> None:
     """Deliveries, newest first: status, attempts, last response code, latency, next try."""
-    from paymanager.application.webhooks.endpoints import list_deliveries
+    from paymanager.application.webhooks.endpoints import delivery_view, list_deliveries
     from paymanager.application.webhooks.store import Delivery
     from paymanager.cli._command import fail, load_settings, run_async
     from paymanager.db.database import opened
@@ -43,6 +45,10 @@ def ls(
             )
 
     rows = run_async(run())
+    if as_json:
+        for d in rows:
+            typer.echo(json.dumps(delivery_view(d), default=str))
+        return
     if not rows:
         typer.echo("no deliveries")
     for d in rows:

@@ -53,6 +53,13 @@ class Database:
     def pool(self) -> Pool:
         return self._pool
 
+    async def open_pool(self, *, max_size: int, statement_timeout_ms: int, application_name: str) -> Pool:
+        """Another pool of this database (the caller closes it)."""
+        return await create_pool(
+            self._dsn, min_size=0, max_size=max_size, statement_timeout_ms=statement_timeout_ms,
+            application_name=application_name,
+        )  # fmt: skip
+
     async def connect(self, *, application_name: str | None = None) -> asyncpg.Connection:
         """A dedicated connection with our codecs; the caller closes it."""
         return await connect(self._dsn, application_name=application_name or self._application_name)

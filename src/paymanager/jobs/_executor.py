@@ -25,6 +25,7 @@ from paymanager.jobs.options import WorkerOptions
 from paymanager.jobs.registry import HandlerSpec, Registry
 from paymanager.jobs.states import JobState
 from paymanager.logging import get_logger
+from paymanager.tracing import job_span, without_trace
 
 log = get_logger("paymanager.jobs.executor")
 
@@ -67,7 +68,8 @@ class JobExecutor:
         try:
             try:
                 try:
-                    value = await self._call(ctx, spec)
+                    with job_span(ctx.kind, ctx.id, ctx.queue, ctx.attempt, ctx.payload):
+                        value = await self._call(ctx, spec)
                 finally:
                     metrics.observe(metrics.RUN_SECONDS, ctx.queue, time.perf_counter() - started)
             except asyncio.CancelledError:
@@ -122,7 +124,9 @@ class JobExecutor:
         return await loop.run_in_executor(self._threads, spec.handler, ctx)
 
     async def _call_typed(self, ctx: JobContext, spec: HandlerSpec) -> object:
-        args: tuple[object, ...] = (ctx,) if spec.payload_model is None else (spec.model_of(ctx.payload), ctx)
+        args: tuple[object, ...] = (
+            (ctx,) if spec.payload_model is None else (spec.model_of(without_trace(ctx.payload)), ctx)
+        )
         if spec.is_async:
             value = await spec.handler(*args)
         else:

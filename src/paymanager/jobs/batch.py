@@ -50,6 +50,9 @@ from paymanager.jobs._outcomes import Completion
 from paymanager.jobs.context import JobContext
 from paymanager.jobs.errors import LeaseLostError
 from paymanager.logging import get_logger
+from paymanager.tracing import current_span_context
+from paymanager.tracing import enabled as tracing_enabled
+from paymanager.tracing import span as trace_span
 
 log = get_logger("paymanager.jobs.batch")
 
@@ -109,6 +112,8 @@ class _Request(Generic[W, R]):
     ctx: JobContext
     item: W
     outcome: asyncio.Future[R]
+    # The span of the job's attempt (TRACING_ENABLED), linked from the shared transaction's span.
+    trace: object | None = None
 
 
 class SharedTransactions(Generic[W, R]):
@@ -141,7 +146,9 @@ class SharedTransactions(Generic[W, R]):
         """Do `item` for job `ctx` in a shared transaction that completes the job; its result."""
         if ctx.lease_lost.is_set():
             raise LeaseLostError(ctx.id)
-        request: _Request[W, R] = _Request(ctx, item, asyncio.get_running_loop().create_future())
+        request: _Request[W, R] = _Request(
+            ctx, item, asyncio.get_running_loop().create_future(), current_span_context()
+        )
         self._waiting.append(request)
         # Start on the next turn of the loop, so that the handlers the worker started together (one
         # claim) join one group rather than the first of them running alone.
@@ -191,7 +198,14 @@ class SharedTransactions(Generic[W, R]):
                 log.warning("after-commit step of a shared transaction failed", error=repr(exc))
 
     async def _transaction(self, group: list[_Request[W, R]]) -> list[R | Exception]:
-        """One shared transaction for `group`; retried from the start after a deadlock."""
+        """One shared transaction for `group`; retried from the start after a deadlock. Traced as a
+        child of the first job's span (the task that started the group) linked to every job's."""
+        if not tracing_enabled():
+            return await self._transaction_attempts(group)
+        with trace_span("jobs.shared_transaction", {"jobs": len(group)}, linked=[r.trace for r in group]):
+            return await self._transaction_attempts(group)
+
+    async def _transaction_attempts(self, group: list[_Request[W, R]]) -> list[R | Exception]:
         for attempt in range(1, ATTEMPTS_MAX + 1):
             try:
                 return await self._attempt(group)

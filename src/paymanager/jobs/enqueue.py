@@ -22,6 +22,7 @@ from paymanager.jobs.backoff import Backoff
 from paymanager.jobs.errors import CodecError, InvalidJobError, PayloadTooLargeError, QueueFullError
 from paymanager.jobs.options import ATTEMPTS_MAX, NAME_PATTERN, QUEUE_PATTERN
 from paymanager.jobs.states import JobState
+from paymanager.tracing import with_trace
 
 if TYPE_CHECKING:
     from paymanager.db.database import Database
@@ -158,7 +159,8 @@ async def enqueue(
     before the waiting jobs of its priority, the newest first. A queue at its maximum depth raises
     `QueueFullError`. `payload` may be a pydantic model (stored as its JSON form).
     """
-    payload = payload_json(payload)
+    # The active trace goes with the job (TRACING_ENABLED): its attempt's span joins the caller's trace.
+    payload = with_trace(payload_json(payload))
     validate_job(kind, queue, payload, priority, max_attempts, timeout_ms, max_payload_bytes)
     if delay_ms is not None and not 0 <= delay_ms <= TIMEOUT_MS_MAX * 366:
         raise InvalidJobError(f"delay_ms must be within [0, one year], got {delay_ms}")

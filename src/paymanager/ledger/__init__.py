@@ -34,7 +34,8 @@ Deliberate differences of the PostgreSQL ledger from TigerBeetle:
   process) instead of a cluster clock.
 - TigerBeetle lets a batch's first event decide whether the whole batch is imported (the others
   then fail `imported_event_expected` or `imported_event_not_expected`); imported events are not
-  supported here at all (`reserved_flag`).
+  supported here at all (`reserved_flag`, or `timestamp_must_be_zero` for the timestamp an imported
+  event carries). The conformance suite checks both sides, TigerBeetle's on a real replica.
 - `ledger_transfer` has no foreign keys to `ledger_account` (each insert would look its accounts up
   again, while the writer already holds them locked): the writer only writes transfers between
   accounts it holds locked, and `verify()` checks references.

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from paymanager import tracing
 from paymanager.db.pool import Conn, Pool, create_pool
 from paymanager.db.sql import load_queries
 from paymanager.ledger._batch import PENDING, BatchState, PendingState
@@ -215,6 +216,11 @@ class PostgresLedger:
             validate_account(account)
         if not accounts:
             return []
+        if tracing.enabled():
+            with tracing.span(
+                "ledger.create_accounts", {"ledger.backend": "postgres", "ledger.events": len(accounts)}
+            ):
+                return await self._run(conn, self._apply_accounts, accounts)
         return await self._run(conn, self._apply_accounts, accounts)
 
     async def create_transfers(
@@ -228,6 +234,16 @@ class PostgresLedger:
             validate_transfer(transfer)
         if not transfers:
             return []
+        if tracing.enabled():
+            with tracing.span(
+                "ledger.create_transfers", {"ledger.backend": "postgres", "ledger.events": len(transfers)}
+            ):
+                return await self._create_transfers(transfers, conn, savepoint)
+        return await self._create_transfers(transfers, conn, savepoint)
+
+    async def _create_transfers(
+        self, transfers: Sequence[Transfer], conn: Conn | None, savepoint: bool
+    ) -> list[TransferEventResult]:
         if conn is not None and not savepoint:
             results = await self._once(conn, self._apply_transfers, (transfers, None))
         elif conn is not None or not self._coalesce:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import ModuleType
 from typing import Any
 
+from paymanager import tracing
 from paymanager.ledger.port import Ledger, check_history_limit
 from paymanager.ledger.types import (
     BATCH_MAX,
@@ -133,7 +134,13 @@ class TigerBeetleLedger:
         if not accounts:
             return []
         events = [_to_tb_account(self._tb, a) for a in accounts]
-        results = await self._split_when_too_large(self._client.create_accounts, events)
+        if tracing.enabled():
+            with tracing.span(
+                "ledger.create_accounts", {"ledger.backend": "tigerbeetle", "ledger.events": len(events)}
+            ):
+                results = await self._split_when_too_large(self._client.create_accounts, events)
+        else:
+            results = await self._split_when_too_large(self._client.create_accounts, events)
         return [_from_tb_account_result(r) for r in results]
 
     async def create_transfers(self, transfers: Sequence[Transfer]) -> list[TransferEventResult]:
@@ -143,7 +150,13 @@ class TigerBeetleLedger:
         if not transfers:
             return []
         events = [_to_tb_transfer(self._tb, t) for t in transfers]
-        results = await self._split_when_too_large(self._client.create_transfers, events)
+        if tracing.enabled():
+            with tracing.span(
+                "ledger.create_transfers", {"ledger.backend": "tigerbeetle", "ledger.events": len(events)}
+            ):
+                results = await self._split_when_too_large(self._client.create_transfers, events)
+        else:
+            results = await self._split_when_too_large(self._client.create_transfers, events)
         return [_from_tb_transfer_result(r) for r in results]
 
     async def expire_pending(self, now: int | None = None, *, limit: int = 1000) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -94,7 +95,8 @@ async def test_cancel_after_confirm_voids_the_hold(api_only_server: Server) -> N
         voided = await shop.post(f"/intents/{created.json()['id']}/cancel")
         assert voided.json()["status"] == "cancelled"
         assert await shop.balance(payer) == {
-            "account_id": payer, "currency": "THB", "posted": 2_000, "pending": 0, "available": 2_000,
+            "account_id": payer, "ledger_account_id": str(uuid.UUID(payer).int),
+            "currency": "THB", "posted": 2_000, "pending": 0, "available": 2_000,
         }  # fmt: skip
         assert (await shop.balance(payee))["posted"] == 0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import asyncpg
 import pytest
 
@@ -49,11 +51,11 @@ async def results(b: Backend, *transfers: Transfer) -> list[CreateTransferResult
     return [r.result for r in await b.ledger.create_transfers(list(transfers))]
 
 
-async def postgres_ledger(pool: asyncpg.Pool) -> PostgresLedger:
+async def postgres_ledger(pool: asyncpg.Pool, clock: FakeClock | None = None) -> PostgresLedger:
     """The PostgreSQL backend alone, on a fake clock, with accounts 1, 2 and 3 on ledger 1: for the
     cases of TigerBeetle's rules pinned on our own implementation of them, where they are easiest to
     get wrong (retries of posts, chain ends, failure timestamps, overflow of pending transfers)."""
-    ledger = PostgresLedger(pool, clock=FakeClock())
+    ledger = PostgresLedger(pool, clock=clock or FakeClock())
     results = await ledger.create_accounts([Account(i, ledger=1, code=1) for i in (1, 2, 3)])
     assert all(r.ok for r in results)
     return ledger
@@ -191,6 +193,22 @@ async def test_transient_failure_burns_the_id(backend: Backend) -> None:
     # Funds arrived, yet the same id keeps its failed outcome; a new id succeeds.
     assert await results(b, transfer) == [TR.id_already_failed]
     assert await results(b, xfer(b, limited, credit, 5)) == [TR.created]
+
+
+async def test_a_transient_failure_burns_its_id_inside_a_linked_chain_that_is_undone(
+    backend: Backend,
+) -> None:
+    """The chain is rolled back, yet the failed event's id stays failed; the other events' ids, whose
+    results were only `linked_event_failed`, are free."""
+    b = backend
+    limited, source, credit = await accounts(b, AccountFlags.DEBITS_MUST_NOT_EXCEED_CREDITS, 0, 0)
+    first = xfer(b, source, credit, 5, flags=F.LINKED)
+    failing = xfer(b, limited, credit, 5)
+    assert await results(b, first, failing) == [TR.linked_event_failed, TR.exceeds_credits]
+    await b.ledger.create_transfers([xfer(b, source, limited, 100)])
+    assert await results(b, first, failing) == [TR.linked_event_failed, TR.id_already_failed]
+    assert await results(b, replace(first, flags=0)) == [TR.created]
+    assert await balances(b, credit) == (0, 0, 0, 5)
 
 
 async def test_debits_must_not_exceed_credits_counts_pending_debits(backend: Backend) -> None:
@@ -387,45 +405,22 @@ async def test_a_failed_post_reports_timestamp_zero_like_every_other_failure(poo
     assert [r.timestamp for r in results] == [0, 0]
 
 
-async def test_post_after_timeout_fails_as_expired_and_expiry_releases_the_hold(
-    clock_backend: Backend,
-) -> None:
-    b = clock_backend
-    assert b.clock is not None
-    debit, credit = await accounts(b, 0, 0)
-    short = xfer(b, debit, credit, 30, flags=F.PENDING, timeout=10)
-    long = xfer(b, debit, credit, 40, flags=F.PENDING, timeout=100)
-    await b.ledger.create_transfers([short, long])
-    b.clock.advance(10.001)
-    post = Transfer(id=b.new_id(), pending_id=short.id, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
-    assert await results(b, post) == [TR.pending_transfer_expired]
-    assert await balances(b, debit) == (70, 0, 0, 0)  # the hold stays until expiry runs
-    expire = b.ledger.expire_pending
-    assert await expire() == 1
-    assert await expire() == 0
-    assert await balances(b, debit) == (40, 0, 0, 0)
-    assert await balances(b, credit) == (0, 0, 40, 0)
-    void = Transfer(id=b.new_id(), pending_id=short.id, flags=F.VOID_PENDING_TRANSFER)
-    post_long = Transfer(id=b.new_id(), pending_id=long.id, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
-    assert await results(b, void, post_long) == [TR.pending_transfer_expired, TR.created]
-
-
-async def test_tigerbeetle_expires_a_pending_transfer_by_itself_on_its_own_clock(
-    backend: Backend,
-) -> None:
-    """The same rule on a real replica: a 1 s timeout, waited for on the server's clock."""
+async def test_a_pending_transfer_expires_after_its_timeout_and_releases_its_hold(backend: Backend) -> None:
+    """A 1 s timeout: TigerBeetle expires on its own clock, waited for; the PostgreSQL ledger when its
+    expiry job runs past the timeout on the test clock."""
     b = backend
-    if b.clock is not None:
-        pytest.skip("the PostgreSQL ledger's expiry runs on a test clock (the test above)")
     debit, credit = await accounts(b, 0, 0)
     short = xfer(b, debit, credit, 30, flags=F.PENDING, timeout=1)
     long = xfer(b, debit, credit, 40, flags=F.PENDING, timeout=3600)
     assert await results(b, short, long) == [TR.created, TR.created]
+    if b.clock is not None:
+        b.clock.advance(1.001)
 
     async def released() -> bool:
+        await b.ledger.expire_pending()  # the PostgreSQL ledger's periodic job; TigerBeetle: nothing
         return await balances(b, debit) == (40, 0, 0, 0)
 
-    await wait_until(released, timeout_s=30)
+    await wait_until(released, timeout_s=60)
     assert await balances(b, credit) == (0, 0, 40, 0)
     post = Transfer(id=b.new_id(), pending_id=short.id, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
     void = Transfer(id=b.new_id(), pending_id=short.id, flags=F.VOID_PENDING_TRANSFER)
@@ -435,7 +430,28 @@ async def test_tigerbeetle_expires_a_pending_transfer_by_itself_on_its_own_clock
         TR.pending_transfer_expired,
         TR.created,
     ]
-    assert await b.ledger.expire_pending() == 0  # nothing for paymanager to do
+    assert await b.ledger.expire_pending() == 0
+
+
+async def test_a_post_after_the_timeout_fails_as_expired_before_the_expiry_job_ran(
+    pool: asyncpg.Pool,
+) -> None:
+    # The PostgreSQL ledger releases the hold only when `expire_pending` runs (ledger/__init__.py):
+    # until then balances show it, but a post or void already fails as TigerBeetle's would.
+    clock = FakeClock()
+    ledger = await postgres_ledger(pool, clock)
+    short = Transfer(10, 1, 2, 30, ledger=1, code=1, flags=F.PENDING, timeout=10)
+    long = Transfer(11, 1, 2, 40, ledger=1, code=1, flags=F.PENDING, timeout=100)
+    assert all(r.ok for r in await ledger.create_transfers([short, long]))
+    clock.advance(10.001)
+    post = Transfer(12, pending_id=10, amount=AMOUNT_MAX, flags=F.POST_PENDING_TRANSFER)
+    assert [r.result for r in await ledger.create_transfers([post])] == [TR.pending_transfer_expired]
+    (debit,) = await ledger.lookup_accounts([1])
+    assert debit.debits_pending == 70
+    assert await ledger.expire_pending() == 1
+    assert await ledger.expire_pending() == 0
+    (debit,) = await ledger.lookup_accounts([1])
+    assert debit.debits_pending == 40
 
 
 async def test_balancing_debit_moves_at_most_the_available_balance(backend: Backend) -> None:
@@ -573,12 +589,60 @@ async def test_a_batch_larger_than_one_request_is_applied_whole_in_order(backend
     assert await balances(b, debit) == (0, 1_000 - 6 * 4, 0, 0)
 
 
-async def test_tigerbeetle_refuses_a_linked_chain_longer_than_one_request(backend: Backend) -> None:
-    b = backend
-    if b.name != "tigerbeetle":
-        pytest.skip("a PostgreSQL batch has no request size")
+async def test_tigerbeetle_refuses_a_linked_chain_longer_than_one_request(tigerbeetle: Backend) -> None:
+    # A PostgreSQL batch has no request size.
+    b = tigerbeetle
     debit, credit = await accounts(b, 0, 0)
     chain = [xfer(b, debit, credit, 1, flags=F.LINKED) for _ in range(299)] + [xfer(b, debit, credit, 1)]
     with pytest.raises(LedgerError, match="linked chain"):
         await b.ledger.create_transfers(chain)
     assert await balances(b, debit) == (0, 0, 0, 0)
+
+
+async def test_tigerbeetle_lets_a_batchs_first_event_decide_whether_the_batch_is_imported(
+    tigerbeetle: Backend,
+) -> None:
+    """A difference (ledger/__init__.py): the PostgreSQL ledger answers `reserved_flag` to imported
+    events; TigerBeetle imports a batch whose first event is imported, and refuses an event of the
+    other kind in it."""
+    b = tigerbeetle
+    (anchor,) = await b.ledger.create_accounts([Account(id=b.new_id(), ledger=b.ledger_number, code=1)])
+    # An imported event carries its own timestamp, past the last one of its kind and not ahead of
+    # the cluster's clock.
+    imported = Account(
+        id=b.new_id(),
+        ledger=b.ledger_number,
+        code=1,
+        flags=AccountFlags.IMPORTED,
+        timestamp=anchor.timestamp + 1,
+    )
+    plain = Account(id=b.new_id(), ledger=b.ledger_number, code=1)
+    got = await b.ledger.create_accounts([imported, plain])
+    assert [r.result for r in got] == [AR.created, AR.imported_event_expected]
+    later = replace(imported, id=b.new_id(), timestamp=anchor.timestamp + 2)
+    got = await b.ledger.create_accounts([plain, later])
+    assert [r.result for r in got] == [AR.created, AR.imported_event_not_expected]
+    (stored,) = await b.ledger.lookup_accounts([imported.id])
+    assert stored.timestamp == anchor.timestamp + 1
+
+
+async def test_the_postgres_ledger_refuses_imported_events(pool: asyncpg.Pool) -> None:
+    # An imported event brings its timestamp, which this ledger refuses first; the flag alone is
+    # reserved here.
+    ledger = await postgres_ledger(pool)
+    accounts = [
+        Account(9, ledger=1, code=1, flags=AccountFlags.IMPORTED, timestamp=5),
+        Account(10, ledger=1, code=1, flags=AccountFlags.IMPORTED),
+    ]
+    transfers = [
+        Transfer(20, 1, 2, 1, ledger=1, code=1, flags=F.IMPORTED, timestamp=5),
+        Transfer(21, 1, 2, 1, ledger=1, code=1, flags=F.IMPORTED),
+    ]
+    assert [r.result for r in await ledger.create_accounts(accounts)] == [
+        AR.timestamp_must_be_zero,
+        AR.reserved_flag,
+    ]
+    assert [r.result for r in await ledger.create_transfers(transfers)] == [
+        TR.timestamp_must_be_zero,
+        TR.reserved_flag,
+    ]

@@ -3,7 +3,6 @@ API (real FastAPI app over ASGI) with signing clients for an admin and an ordina
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,8 +55,8 @@ async def build_components(
 
 
 @pytest.fixture
-async def payments(request: pytest.FixtureRequest, pool: asyncpg.Pool, database_url: str) -> Payments:
-    return (await build_components(pool, database_url, **ledger_overrides(request))).payments
+async def payments(pool: asyncpg.Pool, database_url: str, ledger_settings: dict[str, object]) -> Payments:
+    return (await build_components(pool, database_url, **ledger_settings)).payments
 
 
 async def open_api(pool: asyncpg.Pool, database_url: str, **overrides: object) -> AsyncIterator[Api]:
@@ -86,24 +85,46 @@ async def open_api(pool: asyncpg.Pool, database_url: str, **overrides: object) -
         await components.close()
 
 
-# TEST_LEDGER_BACKEND=tigerbeetle runs the payments tests on a TigerBeetle replica of the test
-# process (tests/conftest.py); unset, on the PostgreSQL ledger.
-LEDGER_BACKEND = os.environ.get("TEST_LEDGER_BACKEND", "postgres")
+# The payments tests that move money run once per ledger backend: a module's `pytestmark` (or a
+# test's mark) `both_ledgers` parametrises its `ledger_backend` with postgres and tigerbeetle, the
+# latter on the TigerBeetle replica of the test process (tests/conftest.py). Other tests (signing,
+# the API's contract, PostgreSQL storage mechanics) run on the PostgreSQL ledger alone.
+BACKENDS = ("postgres", "tigerbeetle")
 
 
-def postgres_ledger_only(why: str) -> None:
-    """Skip a test of the PostgreSQL ledger's own mechanics when the suite runs on TigerBeetle."""
-    if LEDGER_BACKEND == "tigerbeetle":
-        pytest.skip(f"PostgreSQL ledger only: {why}")
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "ledger_backend" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("both_ledgers") is None:
+        return
+    only = metafunc.definition.get_closest_marker("postgres_ledger_only")
+    skip = [pytest.mark.skip(reason=f"PostgreSQL ledger only: {only.args[0]}")] if only else []
+    metafunc.parametrize(
+        "ledger_backend",
+        [pytest.param("postgres", id="postgres"), pytest.param("tigerbeetle", id="tigerbeetle", marks=skip)],
+        indirect=True,
+    )
 
 
-def ledger_overrides(request: pytest.FixtureRequest) -> dict[str, object]:
-    if LEDGER_BACKEND != "tigerbeetle":
+@pytest.fixture
+def ledger_backend(request: pytest.FixtureRequest) -> str:
+    """The backend of this test's payments: postgres unless `both_ledgers` parametrises it."""
+    backend: str = getattr(request, "param", "postgres")
+    assert backend in BACKENDS, backend
+    return backend
+
+
+@pytest.fixture
+def ledger_settings(request: pytest.FixtureRequest, ledger_backend: str) -> dict[str, object]:
+    """The settings that put a process's payments on this test's ledger backend."""
+    if ledger_backend == "postgres":
         return {}
     return {"ledger_backend": "tigerbeetle", "tb_address": request.getfixturevalue("tigerbeetle_address")}
 
 
 @pytest.fixture
-async def api(request: pytest.FixtureRequest, pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
-    async for opened in open_api(pool, database_url, **ledger_overrides(request)):
+async def api(
+    pool: asyncpg.Pool, database_url: str, ledger_settings: dict[str, object]
+) -> AsyncIterator[Api]:
+    async for opened in open_api(pool, database_url, **ledger_settings):
         yield opened

@@ -6,12 +6,15 @@ from __future__ import annotations
 import uuid
 
 import asyncpg
+import pytest
 
 from paymanager.application.intents.backpressure import apply_default_max_depth
 from paymanager.application.intents.confirm import OUTBOX_QUEUE
 from paymanager.application.intents.settle import settle
 from paymanager.jobs import admin as job_admin
 from tests.integration.payments.conftest import Api, build_components
+
+pytestmark = pytest.mark.both_ledgers
 
 
 async def _unfinished_outbox_jobs(api: Api) -> int:

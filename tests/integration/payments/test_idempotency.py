@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import orjson
+import pytest
 
 from paymanager.api.signing import new_nonce
 from paymanager.application.idempotency.keys import body_digest, key_id
@@ -79,6 +80,7 @@ async def test_keys_are_kept_at_least_a_day(api: Api) -> None:
     assert kept.total_seconds() >= 86_400
 
 
+@pytest.mark.both_ledgers
 async def test_a_refused_confirm_stores_its_refusal_keeps_its_signature_and_holds_nothing(api: Api) -> None:
     # The refusal happens in the work, after the signature and the key were written: the request
     # runs again with the work in a savepoint, and both must still be remembered.
@@ -125,6 +127,7 @@ async def _funded_p2p(api: Api) -> dict[str, object]:
     }  # fmt: skip
 
 
+@pytest.mark.both_ledgers
 async def test_an_intent_response_is_rebuilt_from_its_intent_after_the_intent_moved_on(api: Api) -> None:
     body = await _funded_p2p(api)
     created = await api.client.post("/intents", body, key="rebuilt-create")

@@ -13,18 +13,20 @@ import orjson
 import pytest
 
 from paymanager.application.idempotency.unit_of_work import LEDGER_CONFLICT_RETRIES_MAX
+from paymanager.application.ids import transfer_id
 from paymanager.application.intents.confirm import PAYOUT_HOLD_TIMEOUT_SEC
 from paymanager.application.intents.events import NOTIFY_CHANNEL, event_payload
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle
 from paymanager.application.intents.store import Intent
 from paymanager.ledger import LedgerConflictError, Transfer
-from tests.integration.payments.conftest import Api, postgres_ledger_only
+from tests.integration.payments.conftest import Api
+from tests.support.ledger_holds import expire_holds_in_one_second, wait_until_released
 from tests.support.locks import wait_for_a_waiter_behind
 from tests.support.signed_client import SignedClient
 
-# A ledger time (ns) past every hold's timeout.
-LEDGER_FAR_FUTURE_NS = 1 << 62
+pytestmark = pytest.mark.both_ledgers
+CONFLICTS = "ledger conflicts (LedgerConflictError) are the PostgreSQL ledger's"
 
 
 async def _settle(api: Api, intent_id: str) -> None:
@@ -84,14 +86,15 @@ async def test_settling_twice_settles_once(api: Api) -> None:
 
 
 async def test_a_hold_the_ledger_expired_before_settlement_fails_the_intent_and_moves_no_money(
-    api: Api,
+    api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    postgres_ledger_only("expires holds on a test clock (TigerBeetle: test_conformance.py)")
     payer, payee = await _funded_pair(api)
+    expire_holds_in_one_second(api.payments, monkeypatch)
     created = await api.client.post("/intents", _p2p(payer, payee, 1_000))
-    await api.client.post(f"/intents/{created.json()['id']}/confirm")
-    # The ledger's own timeout passed first (settlement stalled past it): the hold is released.
-    assert await api.payments.ledger.expire_pending(now=LEDGER_FAR_FUTURE_NS) >= 1
+    confirmed = await api.client.post(f"/intents/{created.json()['id']}/confirm")
+    assert confirmed.json()["status"] == "confirmed", confirmed.text
+    # The ledger's own timeout passes first (settlement stalled past it): the hold is released.
+    await wait_until_released(api.payments, uuid.UUID(payer))
     await _settle(api, created.json()["id"])
     final = (await api.client.get(f"/intents/{created.json()['id']}")).json()
     assert (final["status"], final["failure_reason"]) == (
@@ -103,7 +106,8 @@ async def test_a_hold_the_ledger_expired_before_settlement_fails_the_intent_and_
         )
     assert outcome == "voided"
     assert await api.client.balance(payer) == {
-        "account_id": payer, "currency": "THB", "posted": 10_000, "pending": 0, "available": 10_000,
+        "account_id": payer, "ledger_account_id": str(uuid.UUID(payer).int),
+        "currency": "THB", "posted": 10_000, "pending": 0, "available": 10_000,
     }  # fmt: skip
     assert (await api.client.balance(payee))["posted"] == 0
 
@@ -116,7 +120,8 @@ async def test_insufficient_funds_answers_422_and_changes_nothing(api: Api) -> N
     assert refused.json()["error"]["code"] == "insufficient_funds"
     assert (await api.client.get(f"/intents/{created.json()['id']}")).json()["status"] == "created"
     assert await api.client.balance(payer) == {
-        "account_id": payer, "currency": "THB", "posted": 1_000, "pending": 0, "available": 1_000,
+        "account_id": payer, "ledger_account_id": str(uuid.UUID(payer).int),
+        "currency": "THB", "posted": 1_000, "pending": 0, "available": 1_000,
     }  # fmt: skip
 
 
@@ -239,14 +244,12 @@ async def test_ipps_transfer_confirm_writes_its_psp_transaction_and_job(api: Api
         payout_jobs = await conn.fetch(
             "SELECT queue FROM job WHERE kind = 'psp.payout' AND payload->>'psp_tx_id' = $1", str(tx["id"])
         )
-        hold_timeouts = await conn.fetch(
-            "SELECT DISTINCT timeout FROM ledger_transfer t JOIN ledger_pending p ON p.id = t.id"
-            " WHERE p.state = 'pending'"
-        )
+        hold_id = await conn.fetchval("SELECT hold_id FROM intent WHERE id = $1::uuid", created.json()["id"])
+    (hold,) = await api.payments.ledger.lookup_transfers([transfer_id(hold_id, "hold.amount")])
     assert settle_jobs == 0
     assert tx["state"] == "NEW"
     # The payout's hold outlives any wait for the PSP (a manual review included).
-    assert PAYOUT_HOLD_TIMEOUT_SEC in {row["timeout"] for row in hold_timeouts}
+    assert hold.timeout == PAYOUT_HOLD_TIMEOUT_SEC
     assert [job["queue"] for job in payout_jobs] == ["psp.ipps"]
     shown = await api.client.get(f"/intents/{created.json()['id']}")
     assert shown.json()["psp"]["state"] == "NEW"
@@ -475,12 +478,12 @@ async def test_confirm_refusals_and_its_notified_event(api: Api, database_url: s
         await listener.close()
 
 
+@pytest.mark.postgres_ledger_only(CONFLICTS)
 async def test_confirm_runs_again_whole_after_a_ledger_conflict(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The hold takes no savepoint of its own in the API: a transient ledger conflict aborts the POST's
     transaction, which runs again whole, holding the funds once."""
-    postgres_ledger_only("ledger conflicts are the PostgreSQL ledger's")
     payer, payee = await _funded_pair(api)
     created = (await api.client.post("/intents", _p2p(payer, payee, 1_000))).json()
     ledger = api.payments.ledger
@@ -503,12 +506,12 @@ async def test_confirm_runs_again_whole_after_a_ledger_conflict(
     assert held["available"] == 10_000 - 1_000 - created["fee"]
 
 
+@pytest.mark.postgres_ledger_only(CONFLICTS)
 async def test_a_refusal_after_ledger_conflicts_is_still_answered_as_a_refusal(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Conflicts and a refusal each run the POST again, on budgets of their own: a refused hold after
     the last conflict retry is a stored 422, not a server error."""
-    postgres_ledger_only("ledger conflicts are the PostgreSQL ledger's")
     payer, payee = await _funded_pair(api, amount=100)
     created = (await api.client.post("/intents", _p2p(payer, payee, 1_000))).json()
     ledger = api.payments.ledger

@@ -7,11 +7,15 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from paymanager.application.intents.confirm import OUTBOX_QUEUE, SETTLE_KIND
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle, settle_handler
 from paymanager.jobs import Registry, Worker, WorkerOptions
 from tests.integration.payments.conftest import Api
+
+pytestmark = pytest.mark.both_ledgers
 
 
 async def _confirmed_p2p(api: Api, amount: int = 1_000) -> tuple[str, str, str]:

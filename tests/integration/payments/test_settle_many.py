@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
 import orjson
+import pytest
 import redis.asyncio as aioredis
 
 from paymanager.adapters.redis_events import RedisPublisher
@@ -20,20 +22,27 @@ from paymanager.application.intents.store import Intent
 from paymanager.application.ledger_ops import LedgerRefusedError
 from paymanager.application.services.use_cases import load_service
 from paymanager.jobs import JobContext, LeaseLostError, PermanentError, enqueue
-from tests.integration.payments.conftest import Api, postgres_ledger_only
+from tests.integration.payments.conftest import Api
 from tests.support.job_contexts import context_from_row
+from tests.support.ledger_holds import expire_holds_in_one_second, wait_until_released
 from tests.support.locks import wait_for_a_waiter_behind
+
+pytestmark = pytest.mark.both_ledgers
 
 AMOUNT = 1_000
 FUNDING = 10_000
 
 
-async def _confirmed(api: Api, count: int) -> list[tuple[str, str]]:
-    """`count` confirmed p2p intents, each with its own payee: (intent id, payee id)."""
+async def _confirmed(
+    api: Api, count: int, *, funded: Callable[[], None] = lambda: None
+) -> list[tuple[str, str]]:
+    """`count` confirmed p2p intents, each with its own payee: (intent id, payee id). `funded` runs
+    once the payer is funded, before the confirms."""
     payer = await api.client.open_account()
     funding = await api.admin.fund(payer, FUNDING * count)
     async with api.payments.pool.acquire() as conn, conn.transaction():
         await settle(api.payments, conn, uuid.UUID(funding["id"]), settled_by="test")
+    funded()
     out = []
     for _ in range(count):
         payee = await api.client.open_account()
@@ -148,6 +157,7 @@ async def test_a_ledger_refusal_fails_only_its_own_job_and_writes_nothing_for_it
         assert await _job_state(pool, ctxs[index]) == "completed"
 
 
+@pytest.mark.postgres_ledger_only("reads ledger_transfer_failed, the PostgreSQL ledger's table of burned ids")
 async def test_a_refused_intent_writes_nothing_in_the_ledger_of_the_committed_group(api: Api) -> None:
     """settle_many's contract: a job whose outcome is an exception has NO effect in the transaction.
     The ledger burns the ids of a transiently refused chain (ledger_transfer_failed): that write must
@@ -197,12 +207,13 @@ async def test_a_group_fails_an_intent_past_its_deadline_and_refuses_a_missing_o
 
 
 async def test_a_group_fails_an_intent_whose_hold_the_ledger_expired_and_settles_the_others(
-    api: Api,
+    api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    postgres_ledger_only("expires holds on a test clock (TigerBeetle: test_conformance.py)")
-    expired = await _confirmed(api, 1)
-    # The ledger's own timeout passed first for this hold (settlement stalled past it).
-    assert await api.payments.ledger.expire_pending(now=1 << 62) >= 1
+    expired = await _confirmed(api, 1, funded=lambda: expire_holds_in_one_second(api.payments, monkeypatch))
+    monkeypatch.undo()
+    # The ledger's own timeout passes first for this hold (settlement stalled past it).
+    expired_payer = (await api.client.get(f"/intents/{expired[0][0]}")).json()["payer_account_id"]
+    await wait_until_released(api.payments, uuid.UUID(expired_payer))
     intents = [*expired, *await _confirmed(api, 1)]
     pool = api.payments.pool
     ctxs = await _claim(pool, [i for i, _ in intents])
@@ -215,7 +226,8 @@ async def test_a_group_fails_an_intent_whose_hold_the_ledger_expired_and_settles
     )  # fmt: skip
     assert await _settlements(pool, expired_intent) == ["voided"]
     assert await api.client.balance(expired_payee) == {
-        "account_id": expired_payee, "currency": "THB", "posted": 0, "pending": 0, "available": 0,
+        "account_id": expired_payee, "ledger_account_id": str(uuid.UUID(expired_payee).int),
+        "currency": "THB", "posted": 0, "pending": 0, "available": 0,
     }  # fmt: skip
     payer = failed["payer_account_id"]
     assert (await api.client.balance(payer))["available"] == FUNDING

@@ -13,19 +13,23 @@ import pytest
 
 from paymanager.adapters.secret_box import Secret
 from paymanager.application import ledger_ops
+from paymanager.application.accounts.use_cases import OpenAccount, open_account
 from paymanager.application.holds import resolve
 from paymanager.application.ids import transfer_id
 from paymanager.application.intents import events
 from paymanager.application.intents.cancel import cancel_intent
 from paymanager.application.intents.capture import capture_intent
 from paymanager.application.intents.confirm import confirm_intent
-from paymanager.application.intents.invoice_sweep import sweep
+from paymanager.application.intents.invoice_sweep import sweep, sweep_invoices
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle, settle_many
 from paymanager.application.services.use_cases import ServiceIdentity
+from paymanager.db.pool import create_pool
+from paymanager.domain.channels import AccountKind
 from paymanager.ledger import TigerBeetleLedger
 from tests.integration.payments.conftest import Api, open_api
 from tests.support.locks import wait_for_a_waiter_behind
+from tests.support.lost_confirms import confirm_then_roll_back, funded_invoice, voided_legs
 
 
 class Crash(Exception):
@@ -324,6 +328,88 @@ async def test_an_invoice_expiring_on_tigerbeetle_ends_without_moving_money(tb_a
     assert refused.json()["error"]["code"] == "intent_expired"
     assert await _status(api, due) == "expired"
     assert (await api.client.balance(merchant))["posted"] == 0
+
+
+async def test_a_sweep_dying_after_it_voided_a_lost_confirms_hold_voids_it_again_as_exists(
+    tb_api: Api,
+) -> None:
+    api = tb_api
+    payer, invoice = await funded_invoice(api, funding=10_000, amount=1_000, expires_in_sec=60)
+    await confirm_then_roll_back(api, invoice["id"])
+    api.clock.now = datetime.now(UTC) + timedelta(seconds=120)
+    api.payments.checkpoint = crash_once_at(resolve.RELEASED)
+    with pytest.raises(Crash):
+        await sweep_invoices(api.payments)
+    # The void reached TigerBeetle; the expiry did not commit.
+    assert await _status(api, invoice["id"]) == "created"
+    assert (await api.client.balance(payer))["available"] == 10_000
+    # The next sweep submits the same void ids: `exists`, not a refusal, and the invoice expires.
+    assert await sweep_invoices(api.payments) == 1
+    api.clock.now = None
+    assert await _status(api, invoice["id"]) == "expired"
+    assert (await api.client.balance(payer))["available"] == 10_000
+    assert await voided_legs(api, invoice["id"]) == 2
+
+
+async def test_an_account_left_in_tigerbeetle_by_a_rolled_back_open_is_empty_and_unreachable(
+    tb_api: Api,
+) -> None:
+    """TigerBeetle creates the account before the row's transaction commits; when that rolls back the
+    ledger keeps an account no row names (ARCHITECTURE.md: harmless). Its id is random, and every
+    intent names its parties by row, so no money can ever reach it."""
+    api = tb_api
+    async with api.payments.pool.acquire() as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        opened = await open_account(api.payments, conn, _shop(api), OpenAccount(AccountKind.USER, "THB"))
+        await transaction.rollback()
+    (left,) = await api.payments.ledger.lookup_accounts([opened.id.int])
+    assert (left.debits_pending, left.debits_posted, left.credits_pending, left.credits_posted) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    orphan = str(opened.id)
+    assert (await api.client.get(f"/accounts/{orphan}")).status_code == 404
+    payer, _ = await _funded_pair(api)
+    body = {
+        "channel": "internal-p2p", "amount": 100, "currency": "THB",
+        "payer_account_id": payer, "payee_account_id": orphan,
+    }  # fmt: skip
+    paid = await api.client.post("/intents", body)
+    funded = await api.admin.post(
+        "/intents",
+        {"channel": "admin-transfer", "amount": 100, "currency": "THB", "payee_account_id": orphan},
+    )
+    assert (paid.status_code, funded.status_code) == (404, 404), (paid.text, funded.text)
+    (still,) = await api.payments.ledger.lookup_accounts([opened.id.int])
+    assert (still.debits_posted, still.credits_posted, still.credits_pending) == (0, 0, 0)
+
+
+async def test_more_confirms_at_once_than_pooled_connections_all_complete_on_tigerbeetle(
+    database_url: str, tigerbeetle_address: str
+) -> None:
+    """A confirm holds a pooled connection for its transaction and commits its hold id on another one
+    first. Those come from the decisions' own pool: from the same pool, as many confirms as it has
+    connections would each wait for a second one for ever (the bound below only ends the test)."""
+    small = await create_pool(database_url, min_size=1, max_size=3)
+    try:
+        async for api in open_api(
+            small, database_url, ledger_backend="tigerbeetle", tb_address=tigerbeetle_address
+        ):
+            payer, payee = await _funded_pair(api, amount=100_000)
+            body = {
+                "channel": "internal-p2p", "amount": 100, "currency": "THB",
+                "payer_account_id": payer, "payee_account_id": payee,
+            }  # fmt: skip
+            ids = [(await api.client.post("/intents", body)).json()["id"] for _ in range(8)]
+            confirms = asyncio.gather(*(api.client.post(f"/intents/{i}/confirm") for i in ids))
+            answers = await asyncio.wait_for(confirms, timeout=120)
+            assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
+            assert [await _status(api, i) for i in ids] == ["confirmed"] * 8
+    finally:
+        await small.close()
 
 
 async def test_readyz_reports_the_tigerbeetle_ledger(tb_api: Api) -> None:

@@ -118,6 +118,34 @@ async def test_latency_is_waited_on_and_the_payout_completes(payouts: PayoutApi)
     assert sorted(payouts.sandbox.submissions().values()) == [1] * 5
 
 
+async def test_payouts_ending_together_each_settle_or_fail_once(payouts: PayoutApi) -> None:
+    # Confirmed while the PSP answers slowly, so their ends reach the worker together and share
+    # transactions; about half the transfers are rejected, so a group mixes posts and voids.
+    payer = await payouts.funded_account(1_000_000)
+    payouts.sandbox.faults(latency_ms=100, failure_rate=0.5)
+    intent_ids = [await payouts.payout(payer, 1_000 + n) for n in range(16)]
+    ended = [await payouts.wait_status(intent_id, {"settled", "failed"}) for intent_id in intent_ids]
+    submissions = payouts.sandbox.submissions()
+    async with payouts.payments.pool.acquire() as conn:
+        settlements = {
+            str(row["intent_id"]): row["outcome"]
+            for row in await conn.fetch("SELECT intent_id, outcome FROM settlement WHERE intent_id = ANY($1)",
+                                        [uuid.UUID(i) for i in intent_ids])
+        }  # fmt: skip
+    for intent in ended:
+        tx = await payouts.tx(str(intent["id"]))
+        assert submissions[str(tx["id"])] == 1
+        if intent["status"] == "settled":
+            assert intent["psp"]["state"] == "COMPLETED"
+            assert settlements[str(intent["id"])] == "posted"
+        else:
+            assert intent["psp"]["state"] == "FAILED"
+            assert settlements[str(intent["id"])] == "voided"
+    posted = sum(i["amount"] + i["fee"] for i in ended if i["status"] == "settled")
+    balance = await payouts.client.balance(payer)
+    assert balance["available"] == balance["posted"] == 1_000_000 - posted
+
+
 async def test_a_payout_read_while_it_settles_shows_its_intent_and_transfer_from_one_moment(
     start_payout_api: StartPayoutApi, pool: asyncpg.Pool
 ) -> None:

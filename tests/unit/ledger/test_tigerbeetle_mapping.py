@@ -1,11 +1,11 @@
 """The TigerBeetle adapter's translation, checked against the installed 0.17 client without a server.
 
-No TigerBeetle server runs in CI, so the conformance suite's TigerBeetle half skips; these tests
-cover what can go wrong on our side of the wire. Our result codes, flags and records mirror the
-client's name for name and value for value, so a client upgrade that renames, renumbers, adds or
-widens anything fails here. Round trips go through the client's own ctypes structs (`CAccount`,
-`CTransfer`, `CCreateTransferResult`, ...), i.e. the bytes it sends and parses, with the field widths
-read from those structs rather than restated. What still needs a server: the ledger's behaviour
+The conformance suite runs on a real replica; these tests need none, and cover what can go wrong on
+our side of the wire. Our result codes, flags and records mirror the client's name for name and
+value for value, so a client upgrade that renames, renumbers, adds or widens anything fails here.
+Round trips go through the client's own ctypes structs (`CAccount`, `CTransfer`,
+`CCreateTransferResult`, ...), i.e. the bytes it sends and parses, with the field widths read from
+those structs rather than restated. What still needs a server: the ledger's behaviour
 itself (the conformance suite), the connection and the client's packet handling.
 
 The client is imported unconditionally: it is in the `dev` extra, and skipping here when it is

@@ -1,13 +1,18 @@
-"""What the three dialects share: an httpx client with timeouts, credentials kept out of every repr
-and log, and one mapping of transport faults to the port's errors."""
+"""What the three dialects share: an HTTP client with timeouts, credentials kept out of every repr
+and log, and one mapping of transport faults to the port's errors.
+
+The client is aiohttp: httpx's pool and transport cost about twenty times its CPU per request
+(bench/http_client.py), and a payout is two PSP calls."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
+import orjson
 
 from paymanager.adapters.psp.port import PspError, PspRateLimitedError, PspUnavailableError
 from paymanager.adapters.secret_box import Secret
@@ -55,8 +60,8 @@ class PspCredentials:
         )
 
 
-def retry_after_ms(response: httpx.Response) -> int:
-    raw = response.headers.get("retry-after", "")
+def retry_after_ms(headers: Mapping[str, str]) -> int:
+    raw = headers.get("retry-after", "")
     try:
         return max(0, int(float(raw) * 1000))
     except ValueError:
@@ -72,14 +77,26 @@ class HttpPsp:
     def __init__(self, credentials: PspCredentials, *, max_connections: int = 200) -> None:
         self.credentials = credentials
         timeout = credentials.timeout_ms / 1000
-        self._client = httpx.AsyncClient(
-            base_url=credentials.base_url,
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        # Per phase, as before: a free pooled connection within the timeout, a new one within 2 s (a
+        # PSP that cannot be reached fails fast), each read within the timeout.
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=timeout, sock_connect=min(timeout, 2.0), sock_read=timeout
         )
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.credentials.base_url!r}, api_key='***')"
+
+    def _client(self) -> aiohttp.ClientSession:
+        # Made on first use: a session belongs to the event loop that runs it.
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._max_connections),
+                timeout=self._timeout,
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self._session
 
     def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.credentials.api_key.reveal()}"}
@@ -93,28 +110,37 @@ class HttpPsp:
         expect: tuple[int, ...] = (),
         sends_money: bool = False,
     ) -> tuple[int, Any]:
+        headers = self.auth_headers()
+        data = None
+        if json_body is not None:
+            data = orjson.dumps(json_body)
+            headers["Content-Type"] = "application/json"
+        url = self.credentials.base_url + path
         try:
-            response = await self._client.request(method, path, json=json_body, headers=self.auth_headers())
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            async with self._client().request(method, url, data=data, headers=headers) as response:
+                status, raw = response.status, await response.read()
+                retry_after = retry_after_ms(response.headers) if status == 429 else 0
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise PspUnavailableError(
                 f"{self.name}: cannot connect ({type(exc).__name__})", ambiguous=False
             ) from exc
-        except httpx.TimeoutException as exc:
+        except TimeoutError as exc:
             # Sent, no answer: the PSP may have acted on it.
             raise PspUnavailableError(f"{self.name}: no answer in time", ambiguous=sends_money) from exc
-        except httpx.HTTPError as exc:
+        except aiohttp.ClientError as exc:
             raise PspUnavailableError(f"{self.name}: {type(exc).__name__}", ambiguous=sends_money) from exc
-        if response.status_code == 429:
-            raise PspRateLimitedError(retry_after_ms(response))
-        if response.status_code >= 500:
-            raise PspUnavailableError(f"{self.name}: HTTP {response.status_code}", ambiguous=sends_money)
-        if not (200 <= response.status_code < 300 or response.status_code in expect):
-            raise PspError(f"{self.name}: unexpected HTTP {response.status_code} on {method} {path}")
+        if status == 429:
+            raise PspRateLimitedError(retry_after)
+        if status >= 500:
+            raise PspUnavailableError(f"{self.name}: HTTP {status}", ambiguous=sends_money)
+        if not (200 <= status < 300 or status in expect):
+            raise PspError(f"{self.name}: unexpected HTTP {status} on {method} {path}")
         try:
-            body = response.json() if response.content else None
+            body = json.loads(raw) if raw else None
         except ValueError as exc:
             raise PspUnavailableError(f"{self.name}: the answer is not JSON", ambiguous=sends_money) from exc
-        return response.status_code, body
+        return status, body
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()

@@ -30,6 +30,9 @@ class OpenAccount:
 def account_view(account: Account) -> dict[str, object]:
     return {
         "id": str(account.id),
+        # The same account in the ledger (`paymanager ledger balance` takes either): the id's 128 bits
+        # as a decimal string, since JSON numbers lose precision past 2^53.
+        "ledger_account_id": str(account.id.int),
         "kind": account.kind.value,
         "currency": account.currency,
         "name": account.name,
@@ -71,7 +74,12 @@ async def balance(payments: Payments, caller: ServiceIdentity, account_id: uuid.
     async with payments.pool.acquire() as conn:
         account = await get_account(conn, caller, account_id)
     figures = await ledger_ops.balance(payments.ledger, account_id)
-    return {"account_id": str(account_id), "currency": account.currency, **figures}
+    return {
+        "account_id": str(account_id),
+        "ledger_account_id": str(account_id.int),
+        "currency": account.currency,
+        **figures,
+    }
 
 
 async def history(

@@ -46,3 +46,6 @@ UPDATE ledger_hold SET hold_id = $3 WHERE intent_id = $1 AND hold_id = $2;
 
 -- name: hold_get
 SELECT hold_id FROM ledger_hold WHERE intent_id = $1;
+
+-- name: hold_get_many
+SELECT intent_id, hold_id FROM ledger_hold WHERE intent_id = ANY($1::uuid[]);

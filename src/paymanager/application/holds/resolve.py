@@ -39,6 +39,7 @@ from paymanager.domain.intents import IntentStatus
 # Crash points of the protocol, where `Payments.checkpoint` is called (tests inject failures there).
 DECIDED = "ledger.decided"
 APPLIED = "ledger.applied"
+RELEASED = "ledger.released"  # unconfirmed holds voided, the intents' end not yet committed
 
 
 async def hold_id_for(payments: Payments, intent_id: uuid.UUID) -> uuid.UUID:
@@ -46,7 +47,7 @@ async def hold_id_for(payments: Payments, intent_id: uuid.UUID) -> uuid.UUID:
     rolls back with the confirm); on TigerBeetle the recorded one, committed before the hold."""
     if ledger_ops.joins_transactions(payments.ledger):
         return new_id()
-    async with payments.pool.acquire() as side:
+    async with payments.side.acquire() as side:
         return await DecisionStore(side).take_hold_id(intent_id=intent_id, fresh=new_id())
 
 
@@ -75,18 +76,29 @@ async def hold(
 
 async def _renew_hold_id(payments: Payments, intent_id: uuid.UUID, burned: uuid.UUID) -> uuid.UUID:
     fresh = new_id()
-    async with payments.pool.acquire() as side:
+    async with payments.side.acquire() as side:
         await DecisionStore(side).renew_hold_id(intent_id=intent_id, burned=burned, fresh=fresh)
     return fresh
 
 
 async def release_unconfirmed_hold(payments: Payments, conn: Conn, row: Intent) -> None:
     """Before a created intent ends on TigerBeetle: void the hold a lost confirm may have left."""
-    if ledger_ops.joins_transactions(payments.ledger):
+    await release_unconfirmed_holds(payments, conn, [row])
+
+
+async def release_unconfirmed_holds(payments: Payments, conn: Conn, rows: list[Intent]) -> None:
+    """Before created intents (locked on `conn`) end on TigerBeetle: void, in one ledger batch, the
+    holds lost confirms may have left. Only intents with a recorded hold id are sent; a crash before
+    the caller commits leaves the intents created and the holds voided, and the retry's voids are
+    answered `exists`. A created intent past its expiry cannot be confirmed meanwhile (the confirm
+    expires it instead), so no confirm can take the voided hold for a live one."""
+    if ledger_ops.joins_transactions(payments.ledger) or not rows:
         return
-    hold_id = await DecisionStore(conn).hold_id(intent_id=row.id)
-    if hold_id is not None:
-        await ledger_ops.release_unconfirmed_hold(payments.ledger, row, hold_id)
+    recorded = await DecisionStore(conn).hold_ids(intent_ids=[row.id for row in rows])
+    held = [(row, recorded[row.id]) for row in rows if row.id in recorded]
+    if held:
+        await ledger_ops.release_unconfirmed_holds(payments.ledger, held)
+    await payments.checkpoint(RELEASED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +198,7 @@ async def _decide_then_apply(
     ]
     # Its own connection and transaction, committed before the ledger is asked: the caller's
     # transaction (which holds the intent locks) commits only after the ledger answered.
-    async with payments.pool.acquire() as side:
+    async with payments.side.acquire() as side:
         decisions = await DecisionStore(side).take(wanted=wanted, decided_by=decided_by, now=payments.clock())
     await payments.checkpoint(DECIDED)
     chosen = [decisions[p.row.id] for p in plans]

@@ -84,3 +84,8 @@ class DecisionStore:
     async def hold_id(self, *, intent_id: uuid.UUID) -> uuid.UUID | None:
         found: uuid.UUID | None = await self._conn.fetchval(Q["hold_get"], intent_id)
         return found
+
+    async def hold_ids(self, *, intent_ids: list[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID]:
+        """The recorded hold id of each of `intent_ids` that has one."""
+        rows = await self._conn.fetch(Q["hold_get_many"], intent_ids)
+        return {row["intent_id"]: row["hold_id"] for row in rows}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from paymanager.application.context import Payments
+from paymanager.application.holds import resolve
 from paymanager.application.intents import events
 from paymanager.application.intents.capture import CAPTURE_DEADLINE_PASSED
 from paymanager.application.intents.confirm import enqueue_settlement
@@ -102,10 +103,12 @@ async def _fail_past_deadline(payments: Payments, intent_id: uuid.UUID, report: 
 async def expire_due_invoices(
     payments: Payments, *, batch_size: int, max_intents: int, report: ReconcileReport
 ) -> None:
-    """Merchant invoices left created past `expires_at` become expired, one statement per batch."""
+    """Merchant invoices left created past `expires_at` become expired, one statement per batch; on
+    TigerBeetle the holds their lost confirms left are voided in one ledger batch before the commit."""
     while report.expired < max_intents:
         async with payments.pool.acquire() as conn, conn.transaction():
             rows = await IntentStore(conn).expire_due(now=payments.clock(), limit=batch_size, reason=EXPIRED)
+            await resolve.release_unconfirmed_holds(payments, conn, rows)
             for row in rows:
                 await events.notify(conn, events.event_payload(row))
         report.expired += len(rows)

@@ -104,8 +104,8 @@ async def settle(payments: Payments, conn: Conn, intent_id: uuid.UUID, *, settle
 
 
 @dataclass(frozen=True, slots=True)
-class _Plan:
-    """What the group settlement will do to one locked, confirmed intent."""
+class FinishPlan:
+    """What a group settlement will do to one locked, confirmed intent."""
 
     row: Intent
     target: IntentStatus
@@ -130,7 +130,7 @@ async def settle_many(
     rows = {row.id: row for row in await IntentStore(conn).lock_many(intent_ids=intent_ids)}
     now = payments.clock()
     outcomes: list[Outcome] = [None] * len(intent_ids)
-    plans: list[tuple[int, _Plan]] = []
+    plans: list[tuple[int, FinishPlan]] = []
     seen: dict[uuid.UUID, int] = {}
     duplicates: list[tuple[int, int]] = []
     for index, intent_id in enumerate(intent_ids):
@@ -145,40 +145,55 @@ async def settle_many(
                 plans.append((index, _plan(payments, row, now)))
             except DomainError as exc:  # an unknown channel or a refused transition: this intent's
                 outcomes[index] = exc
-    resolved = await resolve.resolve_holds(
-        payments, conn, [resolve.Plan(p.row, p.target, p.reason) for _, p in plans], decided_by=settled_by
-    )
-    finished: list[tuple[int, _Plan]] = []
-    for (index, planned), outcome in zip(plans, resolved, strict=True):
-        if isinstance(outcome, Exception):
-            outcomes[index] = outcome
-            continue
-        # The decision's status and reason: on TigerBeetle an earlier decision wins over this plan.
-        plan, posted = _Plan(planned.row, outcome.target, outcome.reason), outcome.posted
-        if plan.target is IntentStatus.SETTLED and not posted:
-            # The ledger expired the holds first: the money never moved, so the intent failed.
-            failed = _Plan(plan.row, IntentStatus.FAILED, "the ledger expired the hold before settlement")
-            finished.append((index, failed))
-        else:
-            finished.append((index, plan))
-    announced = await _finish_many(conn, [plan for _, plan in finished], now, settled_by)
-    for (index, _), event in zip(finished, announced, strict=True):
-        outcomes[index] = event
+    ended = await finish_many(payments, conn, [plan for _, plan in plans], settled_by=settled_by)
+    for (index, _), outcome in zip(plans, ended, strict=True):
+        outcomes[index] = outcome
     for index, first in duplicates:  # finished by the first job, or refused with it: never "done" alone
         outcomes[index] = outcomes[first] if isinstance(outcomes[first], Exception) else None
     return outcomes
 
 
-def _plan(payments: Payments, row: Intent, now: datetime) -> _Plan:
+async def finish_many(
+    payments: Payments, conn: Conn, plans: list[FinishPlan], *, settled_by: str
+) -> list[events.Event | Exception]:
+    """`finish` for locked, confirmed intents, each to its planned target, in a few statements
+    whatever their number (one ledger batch, one statement for the status updates, settlement rows
+    and NOTIFYs); per plan its event, or the exception that intent alone met (nothing of it written)."""
+    now = payments.clock()
+    resolved = await resolve.resolve_holds(
+        payments, conn, [resolve.Plan(p.row, p.target, p.reason) for p in plans], decided_by=settled_by
+    )
+    outcomes: list[events.Event | Exception | None] = [None] * len(plans)
+    finished: list[tuple[int, FinishPlan]] = []
+    for index, (planned, outcome) in enumerate(zip(plans, resolved, strict=True)):
+        if isinstance(outcome, Exception):
+            outcomes[index] = outcome
+            continue
+        # The decision's status and reason: on TigerBeetle an earlier decision wins over this plan.
+        plan, posted = FinishPlan(planned.row, outcome.target, outcome.reason), outcome.posted
+        if plan.target is IntentStatus.SETTLED and not posted:
+            # The ledger expired the holds first: the money never moved, so the intent failed.
+            plan = FinishPlan(plan.row, IntentStatus.FAILED, "the ledger expired the hold before settlement")
+        finished.append((index, plan))
+    announced = await _finish_many(conn, [plan for _, plan in finished], now, settled_by)
+    for (index, _), event in zip(finished, announced, strict=True):
+        outcomes[index] = event
+    assert all(outcome is not None for outcome in outcomes), "every plan ends or fails"
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _plan(payments: Payments, row: Intent, now: datetime) -> FinishPlan:
     """Where a locked, confirmed intent goes: settled, or failed past its deadline."""
     assert row.settle_deadline_at is not None, "a confirmed intent has its deadline"
     late = now >= row.settle_deadline_at
     target = IntentStatus.FAILED if late else IntentStatus.SETTLED
     transition(row.status, target, expires=payments.channels.get(row.channel).expires)
-    return _Plan(row, target, DEADLINE_PASSED if late else None)
+    return FinishPlan(row, target, DEADLINE_PASSED if late else None)
 
 
-async def _finish_many(conn: Conn, plans: list[_Plan], now: datetime, settled_by: str) -> list[events.Event]:
+async def _finish_many(
+    conn: Conn, plans: list[FinishPlan], now: datetime, settled_by: str
+) -> list[events.Event]:
     """One statement: the status updates, settlement rows and NOTIFYs of `plans`; their events, in order."""
     if not plans:
         return []

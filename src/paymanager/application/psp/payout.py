@@ -5,9 +5,12 @@ committed BEFORE the call, so a worker that finds a transaction in it (after a c
 a lost lease) inquires instead of sending again. Every change is a compare-and-set on the row's
 (state, version): two claims of one job, or a webhook racing the job, change it once.
 
-COMPLETED posts the payout's hold and FAILED voids it through `settle.finish`, in the transaction
-that writes the state and completes the job: the intent settles exactly once (the settlement row's
-primary key is the schema's guarantee).
+COMPLETED posts the payout's hold and FAILED voids it, in the transaction that writes the state and
+completes the job: the intent settles exactly once (the settlement row's primary key is the schema's
+guarantee). The payouts a worker ends at once share that transaction (`end_payouts` through
+`jobs/batch.py`, each job still fenced by its lease): every payout's post credits the one nostro
+account, whose row stays locked until the commit, so payouts ending one transaction each would queue
+on that lock one commit at a time.
 """
 
 from __future__ import annotations
@@ -27,13 +30,15 @@ from paymanager.adapters.psp.port import (
 )
 from paymanager.application.context import Payments
 from paymanager.application.intents import events
-from paymanager.application.intents.settle import finish, publish
+from paymanager.application.intents.settle import FinishPlan, finish, finish_many, publish_many
 from paymanager.application.intents.store import Intent, IntentStore
 from paymanager.application.psp.store import PspStore, PspTx
 from paymanager.db.pool import Conn
-from paymanager.domain.intents import IntentStatus
+from paymanager.domain.errors import DomainError
+from paymanager.domain.intents import IntentStatus, transition
 from paymanager.domain.psp import PspOutcome, PspState, mask, state_of
 from paymanager.jobs import JobContext, PermanentError, RateLimitedError, enqueue
+from paymanager.jobs.batch import SharedTransactions
 from paymanager.logging import get_logger
 from paymanager.metrics import psp as psp_metrics
 
@@ -92,6 +97,22 @@ async def start_payout(payments: Payments, conn: Conn, intent: Intent) -> PspTx:
 class PayoutSettings:
     poll_interval_ms: int
     max_retries: int
+    # Shared end transactions: payouts per transaction, transactions at once per PSP and process.
+    end_batch_max: int
+    end_batches_in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
+class PayoutEnd:
+    """A payout's end as its job found it: the terminal state, and the PSP's reference or reason."""
+
+    tx: PspTx
+    state: PspState
+    reference: str | None
+    reason: str | None
+
+
+Ends = SharedTransactions[PayoutEnd, "events.Event | None"]
 
 
 def retry_delay_ms(settings: PayoutSettings, attempts: int) -> int:
@@ -106,12 +127,13 @@ class Payout:
     """One run of a payout job: the steps from the state it finds, until an end or a wait."""
 
     def __init__(
-        self, payments: Payments, driver: PspDriver, settings: PayoutSettings, ctx: JobContext
+        self, payments: Payments, driver: PspDriver, settings: PayoutSettings, ctx: JobContext, ends: Ends
     ) -> None:
         self.payments = payments
         self.driver = driver
         self.settings = settings
         self.ctx = ctx
+        self.ends = ends
         self.tx_id = uuid.UUID(str(ctx.payload["psp_tx_id"]))
 
     async def run(self) -> None:
@@ -156,7 +178,8 @@ class Payout:
             await self._to_review(tx, f"the PSP answered a status paymanager does not know: {answer.reason}")
             return await self._load()
         await self._end(tx, target, answer.reference, answer.reason)
-        return await self._load()
+        # The job completed in that transaction: looking at the transaction again would end it again.
+        raise _Stop
 
     async def _call(self, tx: PspTx, operation: psp_metrics.Operation, call: Awaitable[T]) -> T:
         try:
@@ -204,14 +227,12 @@ class Payout:
         return tx
 
     async def _end(self, tx: PspTx, state: PspState, reference: str | None, reason: str | None) -> None:
-        """The terminal state, the intent's settlement and the job's completion, in one transaction."""
-        async with self.payments.pool.acquire() as conn, conn.transaction():
-            updated = await end_payout(self.payments, conn, tx, state, reference=reference, reason=reason)
-            await self.ctx.complete_in(conn)
+        """The terminal state, the intent's settlement and the job's completion, in one transaction
+        shared with the other payouts this worker ends at once (their events published after it)."""
+        updated = await self.ends.run(self.ctx, PayoutEnd(tx, state, reference, reason))
         if updated is not None:
             # The intent changed: this run ended the payout (a run that finds it ended changes nothing).
             psp_metrics.PAYOUTS.labels(tx.psp, state.value).inc()
-            await publish(self.payments, updated)
 
 
 class _Stop(Exception):
@@ -257,16 +278,83 @@ async def end_payout(
     return events.event_payload(updated)
 
 
+async def end_payouts(
+    payments: Payments, conn: Conn, ends: list[PayoutEnd], *, settled_by: str
+) -> list[events.Event | Exception | None]:
+    """`end_payout` for a group of payouts on `conn`, in a few statements whatever its size; per end
+    (in the order given) the intent's event when it changed, None when it had ended already, or the
+    exception that payout alone met (nothing of it written: its state moves only once its
+    settlement is known to succeed). Locks in the order every settlement takes them: the intents,
+    then the PSP transactions, each in id order, then the ledger's accounts (one batch)."""
+    intents = {i.id: i for i in await IntentStore(conn).lock_many(intent_ids=[e.tx.intent_id for e in ends])}
+    txs = {t.id: t for t in await PspStore(conn).lock_many(tx_ids=[e.tx.id for e in ends])}
+    outcomes: list[events.Event | Exception | None] = [None] * len(ends)
+    plans: list[tuple[int, FinishPlan]] = []
+    planned: set[uuid.UUID] = set()
+    for index, end in enumerate(ends):
+        current, intent = txs.get(end.tx.id), intents.get(end.tx.intent_id)
+        assert current is not None, "the job's PSP transaction exists"
+        assert intent is not None, "psp_tx references its intent"
+        state = current.state if current.state in (PspState.COMPLETED, PspState.FAILED) else end.state
+        if intent.status is not IntentStatus.CONFIRMED or intent.id in planned:
+            continue
+        planned.add(intent.id)
+        target = IntentStatus.SETTLED if state is PspState.COMPLETED else IntentStatus.FAILED
+        reason = None if target is IntentStatus.SETTLED else (
+            f"the PSP did not pay out: {end.reason or current.last_error or 'failed'}"
+        )  # fmt: skip
+        try:
+            transition(intent.status, target, expires=payments.channels.get(intent.channel).expires)
+        except DomainError as exc:  # an unknown channel or a refused transition: this payout's alone
+            outcomes[index] = exc
+            continue
+        plans.append((index, FinishPlan(intent, target, reason)))
+    finished = await finish_many(payments, conn, [plan for _, plan in plans], settled_by=settled_by)
+    for (index, plan), outcome in zip(plans, finished, strict=True):
+        outcomes[index] = outcome
+        if isinstance(outcome, Exception):
+            continue
+        if plan.target is IntentStatus.SETTLED and outcome["status"] != IntentStatus.SETTLED.value:
+            log.error("the PSP paid out but the ledger had expired the hold; reconcile by hand",
+                      psp_tx_id=str(ends[index].tx.id), intent_id=str(plan.row.id))  # fmt: skip
+    for index, end in enumerate(ends):
+        current = txs[end.tx.id]
+        if isinstance(outcomes[index], Exception) or current.state in (PspState.COMPLETED, PspState.FAILED):
+            continue
+        moved = await PspStore(conn).move(
+            tx=current, state=end.state, confirm_ref=end.reference, last_error=end.reason
+        )
+        assert moved is not None, "the row lock guarantees the state did not change"
+        txs[end.tx.id] = moved
+    return outcomes
+
+
 def payout_handler(
     payments: Payments, drivers: Mapping[str, PspDriver], settings: PayoutSettings
 ) -> Callable[[JobContext], Awaitable[None]]:
+    def shared(psp: str) -> Ends:
+        async def work(
+            conn: Conn, items: list[tuple[JobContext, PayoutEnd]]
+        ) -> list[events.Event | Exception | None]:
+            return await end_payouts(payments, conn, [end for _, end in items], settled_by=f"psp:{psp}")
+
+        async def after_commit(committed: list[events.Event | None]) -> None:
+            await publish_many(payments, [event for event in committed if event is not None])
+
+        return SharedTransactions(
+            payments.pool, work, batch_max=settings.end_batch_max,
+            batches_in_flight_max=settings.end_batches_in_flight, after_commit=after_commit,
+        )  # fmt: skip
+
+    ends = {psp: shared(psp) for psp in drivers}
+
     async def handle(ctx: JobContext) -> None:
         psp = ctx.queue.removeprefix("psp.")
         driver = drivers.get(psp)
         if driver is None:
             raise PermanentError(f"no driver for PSP {psp!r} in this process")
         try:
-            await Payout(payments, driver, settings, ctx).run()
+            await Payout(payments, driver, settings, ctx, ends[psp]).run()
         except _Stop:
             return
 

@@ -13,6 +13,10 @@ SELECT * FROM psp_tx WHERE id = $1;
 -- name: psp_tx_get_for_update
 SELECT * FROM psp_tx WHERE id = $1 FOR UPDATE;
 
+-- name: psp_tx_lock_many
+-- Locks transactions $1 in id order (a group of payouts ending in one transaction: payout.py).
+SELECT * FROM psp_tx WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE;
+
 -- name: psp_tx_by_intent
 SELECT * FROM psp_tx WHERE intent_id = $1;
 

@@ -180,6 +180,10 @@ class PspStore:
     async def get(self, *, tx_id: uuid.UUID, lock: bool = False) -> PspTx | None:
         return _tx(await self._conn.fetchrow(Q["psp_tx_get_for_update" if lock else "psp_tx_get"], tx_id))
 
+    async def lock_many(self, *, tx_ids: list[uuid.UUID]) -> list[PspTx]:
+        """The transactions of `tx_ids` that exist, locked in id order."""
+        return [PspTx.from_row(r) for r in await self._conn.fetch(Q["psp_tx_lock_many"], sorted(set(tx_ids)))]
+
     async def by_intent(self, *, intent_id: uuid.UUID) -> PspTx | None:
         return _tx(await self._conn.fetchrow(Q["psp_tx_by_intent"], intent_id))
 

@@ -8,9 +8,13 @@ Each runs in three steps:
 2. the provider call, outside any transaction, with the idempotency key derived from the leg; a
    provider that cannot be reached raises, and the job is retried on the outbox schedule with the
    SAME key (the provider answers a repeat with the first outcome: never a second debit);
-3. the outcome, recorded under the session's lock in the job's own fenced transaction
-   (`ctx.transaction()`): a worker that lost its lease cannot record anything, and the next one
-   repeats the call with the same key.
+3. the outcome, recorded under the session's lock in a fenced transaction that completes the job
+   (shared by the actions the worker runs at once: recording.py): a worker that lost its lease
+   cannot record anything, and the next one repeats the call with the same key.
+
+CAPTURE_PSP skips step 1's lock and write: its leg was attempted by its authorisation, and a session
+that completed never changes again, so a read suffices to know the capture applies (step 3 checks
+again under the lock).
 
 A success that arrives after the session ended (the expiry or a cancel won the race) is recorded
 and compensated at once: the loser's effects are undone, exactly once (one job per leg and action,
@@ -39,7 +43,9 @@ from paymanager.application.sessions.ports import (
     Outcome,
     leg_key,
 )
-from paymanager.application.sessions.store import Leg, Session, SessionStore
+from paymanager.application.sessions.recording import Apply, Recorder
+from paymanager.application.sessions.store import Leg, SessionStore
+from paymanager.application.sessions.write_ahead import Locked, WriteAheads
 from paymanager.db.pool import Conn
 from paymanager.domain.sessions import LegKind, LegStatus, SessionStatus, leg_transition
 from paymanager.jobs import JobContext, PermanentError
@@ -52,14 +58,22 @@ Handler = Callable[[JobContext], Awaitable[None]]
 DEBIT_OP, AUTHORIZE_OP = "debit", "authorize"
 
 
-@dataclass(frozen=True, slots=True)
-class _Locked:
-    session: Session
-    legs: list[Leg]
-    leg: Leg
+_Locked = Locked
 
-    def replaced(self, leg: Leg) -> list[Leg]:
-        return [leg if other.id == leg.id else other for other in self.legs]
+
+@dataclass(frozen=True, slots=True)
+class _Steps:
+    """Steps 1 and 3 of every action, each grouped over the actions the worker runs at once."""
+
+    write_aheads: WriteAheads
+    recorder: Recorder
+
+    async def prepare(self, leg_id: uuid.UUID, applies: Callable[[Locked], bool]) -> Locked | None:
+        """Step 1: the locked session and leg when the action still applies (attempted_at written)."""
+        return await self.write_aheads.prepare(leg_id, applies)
+
+    async def record(self, ctx: JobContext, leg_id: uuid.UUID, apply: Apply) -> None:
+        await self.recorder.record(ctx, leg_id, apply)
 
 
 def _leg_id(ctx: JobContext) -> uuid.UUID:
@@ -78,16 +92,15 @@ async def _lock(conn: Conn, leg_id: uuid.UUID) -> _Locked:
     return _Locked(session, legs, next(leg for leg in legs if leg.id == leg_id))
 
 
-async def _prepare(
-    sessions: Sessions, leg_id: uuid.UUID, applies: Callable[[_Locked], bool]
-) -> _Locked | None:
-    """Step 1: the locked session and leg when the action still applies (attempted_at written)."""
-    async with sessions.payments.pool.acquire() as conn, conn.transaction():
-        locked = await _lock(conn, leg_id)
-        if not applies(locked):
-            return None
-        await SessionStore(conn).mark_attempted(leg_id=leg_id, now=sessions.payments.clock())
-        return locked
+async def _peek(sessions: Sessions, leg_id: uuid.UUID) -> _Locked | None:
+    """The session and legs of `leg_id`, read without a lock (the caller checks again under it)."""
+    async with sessions.payments.pool.acquire() as conn:
+        store = SessionStore(conn)
+        session = await store.of_leg(leg_id=leg_id)
+        if session is None:
+            raise PermanentError(f"checkout session leg {leg_id} does not exist")
+        legs = await store.legs(session_id=session.id)
+    return _Locked(session, legs, next(leg for leg in legs if leg.id == leg_id))
 
 
 async def _set_leg(sessions: Sessions, conn: Conn, leg: Leg, target: LegStatus, **fields: str | None) -> Leg:
@@ -131,57 +144,69 @@ def _first_step_applies(locked: _Locked) -> bool:
     return locked.leg.status is LegStatus.PENDING and locked.session.status is SessionStatus.PROCESSING
 
 
-def debit_gift_handler(sessions: Sessions, provider: GiftCardProvider) -> Handler:
+def _first_step(sessions: Sessions, outcome: Outcome) -> Apply:
+    async def apply(conn: Conn, leg_id: uuid.UUID) -> None:
+        await _record_first_step(sessions, conn, await _lock(conn, leg_id), outcome)
+
+    return apply
+
+
+def debit_gift_handler(sessions: Sessions, provider: GiftCardProvider, steps: _Steps) -> Handler:
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
-        locked = await _prepare(sessions, leg_id, _first_step_applies)
+        locked = await steps.prepare(leg_id, _first_step_applies)
         if locked is None:
             return
         outcome = await provider.debit(
             card=locked.leg.instrument, amount=locked.leg.amount, currency=locked.session.currency,
             idempotency_key=leg_key(leg_id, DEBIT_OP),
         )  # fmt: skip
-        async with ctx.transaction() as conn:
-            await _record_first_step(sessions, conn, await _lock(conn, leg_id), outcome)
+        await steps.record(ctx, leg_id, _first_step(sessions, outcome))
 
     return handle
 
 
-def authorize_psp_handler(sessions: Sessions, acquirer: CardAcquirer) -> Handler:
+def authorize_psp_handler(sessions: Sessions, acquirer: CardAcquirer, steps: _Steps) -> Handler:
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
-        locked = await _prepare(sessions, leg_id, _first_step_applies)
+        locked = await steps.prepare(leg_id, _first_step_applies)
         if locked is None:
             return
         outcome = await acquirer.authorize(
             token=locked.leg.instrument, amount=locked.leg.amount, currency=locked.session.currency,
             idempotency_key=leg_key(leg_id, AUTHORIZE_OP),
         )  # fmt: skip
-        async with ctx.transaction() as conn:
-            await _record_first_step(sessions, conn, await _lock(conn, leg_id), outcome)
+        await steps.record(ctx, leg_id, _first_step(sessions, outcome))
 
     return handle
 
 
-def capture_psp_handler(sessions: Sessions, acquirer: CardAcquirer) -> Handler:
+def capture_psp_handler(sessions: Sessions, acquirer: CardAcquirer, steps: _Steps) -> Handler:
     def applies(locked: _Locked) -> bool:
         return locked.leg.status is LegStatus.AUTHORIZED and locked.session.status is SessionStatus.COMPLETED
 
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
-        locked = await _prepare(sessions, leg_id, applies)
-        if locked is None:
+        found = await _peek(sessions, leg_id)
+        if found is not None and found.leg.attempted_at is None:
+            # Not attempted (it cannot be, once authorised): the write-ahead comes first, as for others.
+            found = await steps.prepare(leg_id, applies)
+        if found is None or not applies(found):
             return
         outcome = await acquirer.capture(
-            authorization_key=leg_key(leg_id, AUTHORIZE_OP), amount=locked.leg.amount
+            authorization_key=leg_key(leg_id, AUTHORIZE_OP), amount=found.leg.amount
         )
         if isinstance(outcome, Declined):
             # The hold is gone at the acquirer (expired, released by hand): a person must look.
             raise PermanentError(f"the acquirer refused the capture of leg {leg_id}: {outcome.code}")
-        async with ctx.transaction() as conn:
+        reference = outcome.reference
+
+        async def apply(conn: Conn, leg_id: uuid.UUID) -> None:
             now = await _lock(conn, leg_id)
             if applies(now):
-                await _set_leg(sessions, conn, now.leg, LegStatus.CAPTURED, provider_ref=outcome.reference)
+                await _set_leg(sessions, conn, now.leg, LegStatus.CAPTURED, provider_ref=reference)
+
+        await steps.record(ctx, leg_id, apply)
 
     return handle
 
@@ -197,46 +222,47 @@ def _undo_applies(moved: LegStatus) -> Callable[[_Locked], bool]:
     return applies
 
 
-async def _record_undo(
-    sessions: Sessions,
-    ctx: JobContext,
-    leg_id: uuid.UUID,
-    outcome: Outcome,
-    target: LegStatus,
-    moved: LegStatus,
-) -> None:
+def _record_undo(
+    sessions: Sessions, leg_id: uuid.UUID, outcome: Outcome, target: LegStatus, moved: LegStatus
+) -> Apply:
     if isinstance(outcome, Declined):
         raise PermanentError(f"the provider refused the compensation of leg {leg_id}: {outcome.code}")
-    async with ctx.transaction() as conn:
+    reference = outcome.reference
+
+    async def apply(conn: Conn, leg_id: uuid.UUID) -> None:
         now = await _lock(conn, leg_id)
         if _undo_applies(moved)(now):
-            await _set_leg(sessions, conn, now.leg, target, provider_ref=outcome.reference)
+            await _set_leg(sessions, conn, now.leg, target, provider_ref=reference)
+
+    return apply
 
 
-def cancel_gift_handler(sessions: Sessions, provider: GiftCardProvider) -> Handler:
+def cancel_gift_handler(sessions: Sessions, provider: GiftCardProvider, steps: _Steps) -> Handler:
     applies = _undo_applies(LegStatus.CAPTURED)
 
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
-        locked = await _prepare(sessions, leg_id, applies)
+        locked = await steps.prepare(leg_id, applies)
         if locked is None:
             return
         outcome = await provider.cancel(card=locked.leg.instrument, idempotency_key=leg_key(leg_id, DEBIT_OP))
-        await _record_undo(sessions, ctx, leg_id, outcome, LegStatus.CANCELLED, LegStatus.CAPTURED)
+        undo = _record_undo(sessions, leg_id, outcome, LegStatus.CANCELLED, LegStatus.CAPTURED)
+        await steps.record(ctx, leg_id, undo)
 
     return handle
 
 
-def release_hold_handler(sessions: Sessions, acquirer: CardAcquirer) -> Handler:
+def release_hold_handler(sessions: Sessions, acquirer: CardAcquirer, steps: _Steps) -> Handler:
     applies = _undo_applies(LegStatus.AUTHORIZED)
 
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
-        locked = await _prepare(sessions, leg_id, applies)
+        locked = await steps.prepare(leg_id, applies)
         if locked is None:
             return
         outcome = await acquirer.release(authorization_key=leg_key(leg_id, AUTHORIZE_OP))
-        await _record_undo(sessions, ctx, leg_id, outcome, LegStatus.RELEASED, LegStatus.AUTHORIZED)
+        undo = _record_undo(sessions, leg_id, outcome, LegStatus.RELEASED, LegStatus.AUTHORIZED)
+        await steps.record(ctx, leg_id, undo)
 
     return handle
 
@@ -246,10 +272,20 @@ def action_handlers(sessions: Sessions) -> dict[str, Handler]:
     gift, card = sessions.gift_cards, sessions.cards
     assert gift is not None, "session actions need the gift-card provider"
     assert card is not None, "session actions need the card acquirer"
+    payments = sessions.payments
+    batch_max, in_flight = (
+        payments.settings.outbox_batch_size,
+        payments.settings.outbox_settle_batches_in_flight,
+    )
+    # One set of groups for every action kind: a debit and an authorisation of one session share them.
+    steps = _Steps(
+        WriteAheads(payments.pool, payments.clock, batch_max=batch_max, batches_in_flight_max=in_flight),
+        Recorder(payments.pool, batch_max=batch_max, batches_in_flight_max=in_flight),
+    )
     return {
-        DEBIT_GIFT: debit_gift_handler(sessions, gift),
-        AUTHORIZE_PSP: authorize_psp_handler(sessions, card),
-        CAPTURE_PSP: capture_psp_handler(sessions, card),
-        CANCEL_GIFT: cancel_gift_handler(sessions, gift),
-        RELEASE_HOLD: release_hold_handler(sessions, card),
+        DEBIT_GIFT: debit_gift_handler(sessions, gift, steps),
+        AUTHORIZE_PSP: authorize_psp_handler(sessions, card, steps),
+        CAPTURE_PSP: capture_psp_handler(sessions, card, steps),
+        CANCEL_GIFT: cancel_gift_handler(sessions, gift, steps),
+        RELEASE_HOLD: release_hold_handler(sessions, card, steps),
     }

@@ -18,14 +18,34 @@ SELECT * FROM checkout_session WHERE id = $1;
 -- Serialises every change of one session and its legs (confirm, cancel, actions, cleanup) on its row.
 SELECT * FROM checkout_session WHERE id = $1 FOR UPDATE;
 
+-- name: session_of_leg
+-- The session of leg $1, not locked: a check made again under the lock before anything is written.
+SELECT s.* FROM checkout_session s JOIN checkout_session_leg l ON l.session_id = s.id WHERE l.id = $1;
+
 -- name: session_lock_of_leg
 -- The session of leg $1, locked: an action knows its leg, and changes it under its session's lock.
 SELECT s.* FROM checkout_session s JOIN checkout_session_leg l ON l.session_id = s.id
  WHERE l.id = $1
    FOR UPDATE OF s;
 
+-- name: session_lock_of_legs
+-- Locks the sessions of legs $1 in id order: a group of actions handled in one transaction takes
+-- its sessions' locks up front in the order every group uses, so two groups cannot deadlock.
+SELECT s.* FROM checkout_session s
+ WHERE s.id IN (SELECT session_id FROM checkout_session_leg WHERE id = ANY ($1::uuid[]))
+ ORDER BY s.id
+   FOR UPDATE OF s;
+
 -- name: legs_of_session
 SELECT * FROM checkout_session_leg WHERE session_id = $1 ORDER BY position;
+
+-- name: legs_of_sessions
+SELECT * FROM checkout_session_leg WHERE session_id = ANY ($1::uuid[]) ORDER BY session_id, position;
+
+-- name: leg_mark_attempted_many
+-- `leg_mark_attempted` for legs $1 in one statement (a group's write-ahead).
+UPDATE checkout_session_leg SET attempted_at = $2, updated_at = $2
+ WHERE id = ANY ($1::uuid[]) AND attempted_at IS NULL;
 
 -- name: session_set_status
 -- Moves session $1 from $3 to $2 at $4; nothing when it is no longer in $3.

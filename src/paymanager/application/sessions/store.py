@@ -160,6 +160,20 @@ class SessionStore:
         row = await self._conn.fetchrow(Q["session_lock_of_leg"], leg_id)
         return Session.from_row(row) if row is not None else None
 
+    async def of_leg(self, *, leg_id: uuid.UUID) -> Session | None:
+        row = await self._conn.fetchrow(Q["session_of_leg"], leg_id)
+        return Session.from_row(row) if row is not None else None
+
+    async def lock_of_legs(self, *, leg_ids: list[uuid.UUID]) -> list[Session]:
+        """Lock the sessions of `leg_ids` in id order (a group's locks, taken before its work)."""
+        return [Session.from_row(row) for row in await self._conn.fetch(Q["session_lock_of_legs"], leg_ids)]
+
+    async def legs_of_sessions(self, *, session_ids: list[uuid.UUID]) -> list[Leg]:
+        return [Leg.from_row(row) for row in await self._conn.fetch(Q["legs_of_sessions"], session_ids)]
+
+    async def mark_attempted_many(self, *, leg_ids: list[uuid.UUID], now: datetime) -> None:
+        await self._conn.execute(Q["leg_mark_attempted_many"], leg_ids, now)
+
     async def legs(self, *, session_id: uuid.UUID) -> list[Leg]:
         return [Leg.from_row(row) for row in await self._conn.fetch(Q["legs_of_session"], session_id)]
 

@@ -4,7 +4,9 @@ An attempt loads its delivery, takes one of its endpoint's slots (a per-endpoint
 process, so a slow or hanging endpoint holds at most `WEBHOOK_ENDPOINT_CONCURRENCY` of the queue's
 `WEBHOOK_CONCURRENCY` slots; a delivery finding its endpoint's slots all taken is snoozed without
 spending an attempt), checks the URL with the SSRF guard again, signs the event's stored body (the
-same bytes and event id on every attempt, a fresh timestamp each time) and POSTs it. A 2xx succeeds;
+same bytes and event id on every attempt, a fresh timestamp each time) and POSTs it. A 2xx succeeds
+(the successes of the deliveries a worker runs at once are recorded, and their jobs completed, in
+shared fenced transactions: one transaction and a few statements per group, not one per delivery);
 a 410 disables the endpoint; anything else is retried on `WEBHOOK_RETRY_SCHEDULE_MS` until
 `WEBHOOK_MAX_ATTEMPTS`, then the delivery (and its job) is dead, replayable. An endpoint whose
 deliveries have all failed for `WEBHOOK_DISABLE_AFTER_FAILING_SEC` is disabled.
@@ -20,9 +22,10 @@ from typing import Protocol
 from paymanager.adapters.secret_box import Sealed, SecretBox
 from paymanager.application.context import Payments
 from paymanager.application.webhooks.address_guard import AddressGuard, CheckedUrl, WebhookUrlRefusedError
-from paymanager.application.webhooks.store import AttemptOutcome, DeliveryWork, WebhookStore
-from paymanager.db.pool import Pool
+from paymanager.application.webhooks.store import AttemptOutcome, DeliveryWork, Success, WebhookStore
+from paymanager.db.pool import Conn, Pool
 from paymanager.jobs import DeadJob, JobContext, PermanentError, Schedule
+from paymanager.jobs.batch import SharedTransactions
 from paymanager.logging import get_logger
 from paymanager.metrics import webhooks as webhook_metrics
 from paymanager.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
@@ -68,6 +71,16 @@ class EndpointSlots:
             del self._held[endpoint_id]
 
 
+async def _record_successes(conn: Conn, items: list[tuple[JobContext, Success]]) -> list[Exception | None]:
+    """A group's successes in two statements on the shared transaction (jobs/batch.py); a statement's
+    error fails the group, so no success is recorded alone."""
+    successes = [success for _, success in items]
+    store = WebhookStore(conn)
+    await store.record_successes(successes=successes)
+    await store.record_endpoint_successes(endpoint_ids=[s.endpoint_id for s in successes])
+    return [None] * len(items)
+
+
 def secrets_of(box: SecretBox, work: DeliveryWork, payments: Payments) -> list[str]:
     """The secrets that sign now: the current one, and the previous one inside its grace period."""
     found = [box.open(Sealed(work.secret_key_id, work.secret_ciphertext), work.endpoint_id.encode())]
@@ -97,6 +110,13 @@ class WebhookDeliverer:
         self.sender = sender
         self.slots = slots
         self.schedule = schedule
+        settings = payments.settings
+        self._successes: SharedTransactions[Success, None] = SharedTransactions(
+            payments.pool,
+            _record_successes,
+            batch_max=settings.outbox_batch_size,
+            batches_in_flight_max=settings.outbox_settle_batches_in_flight,
+        )
 
     async def deliver(self, ctx: JobContext) -> dict[str, object]:
         delivery_id = str(ctx.payload["delivery_id"])
@@ -142,15 +162,11 @@ class WebhookDeliverer:
         now = self.payments.clock()
         code, error = result.status_code, (result.error or "")[:ERROR_LENGTH_MAX] or None
         if code is not None and 200 <= code < 300:
-            async with ctx.transaction() as conn:
-                store = WebhookStore(conn)
-                await store.record_attempt(
-                    delivery_id=work.id,
-                    outcome=AttemptOutcome("succeeded", code, None, result.latency_ms, now, None),
-                )
-                await store.record_endpoint_success(endpoint_id=work.endpoint_id)
+            answer: dict[str, object] = {"status_code": code}
+            ctx.result = answer  # the job's result, stored by the shared transaction's completion
+            await self._successes.run(ctx, Success(work.id, work.endpoint_id, code, result.latency_ms, now))
             webhook_metrics.record("succeeded")
-            return {"status_code": code}
+            return answer
         if code == 410:
             async with ctx.transaction() as conn:
                 store = WebhookStore(conn)

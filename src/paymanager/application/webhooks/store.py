@@ -117,6 +117,17 @@ class AttemptOutcome:
     next_attempt_at: datetime | None
 
 
+@dataclass(frozen=True, slots=True)
+class Success:
+    """A delivery's attempt answered 2xx."""
+
+    delivery_id: str
+    endpoint_id: str
+    status_code: int
+    latency_ms: int
+    at: datetime
+
+
 class WebhookStore:
     __slots__ = ("_conn",)
 
@@ -167,6 +178,16 @@ class WebhookStore:
 
     async def record_endpoint_success(self, *, endpoint_id: str) -> None:
         await self._conn.execute(Q["endpoint_record_success"], endpoint_id)
+
+    async def record_endpoint_successes(self, *, endpoint_ids: list[str]) -> None:
+        await self._conn.execute(Q["endpoint_record_success_many"], sorted(set(endpoint_ids)))
+
+    async def record_successes(self, *, successes: list[Success]) -> None:
+        """Successful attempts, in one statement (see `delivery_record_success_many`)."""
+        await self._conn.execute(
+            Q["delivery_record_success_many"], [s.delivery_id for s in successes],
+            [s.status_code for s in successes], [s.latency_ms for s in successes], [s.at for s in successes],
+        )  # fmt: skip
 
     async def load_delivery(self, *, delivery_id: str) -> DeliveryWork | None:
         row = await self._conn.fetchrow(Q["delivery_load"], delivery_id)

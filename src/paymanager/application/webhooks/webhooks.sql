@@ -49,6 +49,10 @@ RETURNING failing_since;
 -- name: endpoint_record_success
 UPDATE webhook_endpoint SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL;
 
+-- name: endpoint_record_success_many
+-- Endpoints $1 answered: no longer failing. Rows not failing are not written (nor locked).
+UPDATE webhook_endpoint SET failing_since = NULL WHERE id = ANY ($1::text[]) AND failing_since IS NOT NULL;
+
 -- name: delivery_load
 -- A delivery with what its attempt needs: the event's body and the endpoint's URL and secrets.
 SELECT d.id, d.status, d.event_id, d.endpoint_id, d.service_id, e.type, e.body,
@@ -67,6 +71,15 @@ UPDATE webhook_delivery
        finished_at = CASE WHEN $2::text IN ('succeeded', 'dead', 'cancelled') THEN $6::timestamptz END
  WHERE id = $1 AND status IN ('pending', 'retrying')
 RETURNING id;
+
+-- name: delivery_record_success_many
+-- Successful attempts of deliveries $1 (codes $2, latencies $3, at $4), in one statement; a delivery no
+-- longer pending or retrying (cancelled meanwhile) is left as it is.
+UPDATE webhook_delivery d
+   SET status = 'succeeded', attempts = d.attempts + 1, last_status_code = r.code, last_error = NULL,
+       last_latency_ms = r.latency_ms, last_attempt_at = r.at, next_attempt_at = NULL, finished_at = r.at
+  FROM unnest($1::text[], $2::int[], $3::int[], $4::timestamptz[]) AS r(id, code, latency_ms, at)
+ WHERE d.id = r.id AND d.status IN ('pending', 'retrying');
 
 -- name: delivery_cancel
 -- A delivery whose endpoint no longer receives (disabled, deleted) ends without an attempt.
