@@ -53,3 +53,9 @@ async def confirmed_manual(
 
 async def posted(client: SignedClient, account_id: str) -> int:
     return int((await client.balance(account_id))["posted"])
+
+
+async def balance_figures(client: SignedClient, account_id: str) -> dict[str, int]:
+    """The account's posted, pending and available balance."""
+    shown = await client.balance(account_id)
+    return {key: int(shown[key]) for key in ("posted", "pending", "available")}

@@ -25,10 +25,10 @@ from paymanager.application.refunds.create import REFUND_KIND
 from paymanager.application.services.use_cases import create_service
 from paymanager.db.pool import create_pool
 from paymanager.ledger import PostgresLedger
-from tests.integration.payments.conftest import Api, ledger_overrides, open_api
+from tests.integration.payments.conftest import Api, open_api
 from tests.support.databases import DatabaseFactory, run_sync
 from tests.support.examples import examples
-from tests.support.intent_flows import confirmed_manual, funded_payer, intent_body, posted
+from tests.support.intent_flows import balance_figures, confirmed_manual, funded_payer, intent_body, posted
 from tests.support.locks import wait_for_a_waiter_behind
 from tests.support.signed_client import SignedClient
 from tests.support.waiting import wait_for_lock_waiters, wait_until
@@ -36,11 +36,15 @@ from tests.support.waiting import wait_for_lock_waiters, wait_until
 WINDOW_SEC = 3_600
 
 
+# Every test here runs on the PostgreSQL ledger and on a TigerBeetle replica (conftest.py).
+pytestmark = pytest.mark.both_ledgers
+
+
 @pytest.fixture
-async def api(request: pytest.FixtureRequest, pool: asyncpg.Pool, database_url: str) -> AsyncIterator[Api]:
-    async for opened in open_api(
-        pool, database_url, capture_window_sec=WINDOW_SEC, **ledger_overrides(request)
-    ):
+async def api(
+    pool: asyncpg.Pool, database_url: str, ledger_settings: dict[str, object]
+) -> AsyncIterator[Api]:
+    async for opened in open_api(pool, database_url, capture_window_sec=WINDOW_SEC, **ledger_settings):
         opened.clock.now = datetime.now(UTC)
         _stamp_on_the_test_clock(opened)
         yield opened
@@ -145,11 +149,11 @@ async def test_a_partial_capture_posts_the_captured_amount_and_fee_and_releases_
     assert (body["amount"], body["fee"]) == (1_000, 5)  # what was authorised stays shown
     # 600 and its 0.5% fee (3) moved; the other 400 and 2 of the fee went back to the payer.
     left = 10_000 - 603
-    assert await api.client.balance(payer) == {
-        "account_id": payer, "currency": "THB", "posted": left, "pending": 0, "available": left,
+    assert await balance_figures(api.client, payer) == {
+        "posted": left, "pending": 0, "available": left,
     }  # fmt: skip
-    assert await api.client.balance(payee) == {
-        "account_id": payee, "currency": "THB", "posted": 600, "pending": 0, "available": 600,
+    assert await balance_figures(api.client, payee) == {
+        "posted": 600, "pending": 0, "available": 600,
     }  # fmt: skip
     assert await _fee_posted(api, view["id"]) == fees_before + 3
     settlement = await _settlement(api, view["id"])
@@ -172,8 +176,8 @@ async def test_a_capture_without_an_amount_posts_the_whole_invoice(api: Api) -> 
     assert (captured.json()["amount_captured"], captured.json()["fee_captured"]) == (1_000, 10)
     assert again.status_code == 409
     assert await posted(api.client, merchant) == 1_000
-    assert await api.client.balance(payer) == {
-        "account_id": payer, "currency": "THB", "posted": 8_990, "pending": 0, "available": 8_990,
+    assert await balance_figures(api.client, payer) == {
+        "posted": 8_990, "pending": 0, "available": 8_990,
     }  # fmt: skip
 
 
@@ -261,8 +265,8 @@ async def test_a_capture_after_the_deadline_is_409_and_the_hold_is_voided(api: A
     settlement = await _settlement(api, view["id"])
     assert settlement is not None
     assert (settlement["outcome"], settlement["status"]) == ("voided", "expired")
-    assert await api.client.balance(payer) == {
-        "account_id": payer, "currency": "THB", "posted": 10_000, "pending": 0, "available": 10_000,
+    assert await balance_figures(api.client, payer) == {
+        "posted": 10_000, "pending": 0, "available": 10_000,
     }  # fmt: skip
     assert await posted(api.client, payee) == 0
     again = await _capture(api, view["id"], {"amount": 500})
@@ -486,8 +490,8 @@ async def _run_on(url: str, overrides: dict[str, object], channel: str, amount: 
         row = await _row(api, view["id"])
         assert (row["amount_captured"] or 0) == model.captured <= amount
         assert (row["fee_captured"] or 0) == model.fee_captured <= row["fee"]
-        assert await api.client.balance(payer) == {
-            "account_id": payer, "currency": "THB", "pending": 0,
+        assert await balance_figures(api.client, payer) == {
+            "pending": 0,
             "posted": 10_000 - model.captured - model.fee_captured + model.refunded + model.fee_refunded,
             "available": 10_000 - model.captured - model.fee_captured + model.refunded + model.fee_refunded,
         }  # fmt: skip
@@ -516,10 +520,10 @@ async def _refunds_done(api: Api, intent_id: str) -> bool:
     ops=OPS,
 )
 def test_random_captures_refunds_cancels_and_expiries_never_exceed_the_hold_and_verify(
-    request: pytest.FixtureRequest,
+    ledger_settings: dict[str, object],
     database_factory: DatabaseFactory,
     channel: str,
     amount: int,
     ops: list[Op],
 ) -> None:
-    run_sync(_run_sequence(database_factory, ledger_overrides(request), channel, amount, ops))
+    run_sync(_run_sequence(database_factory, ledger_settings, channel, amount, ops))
