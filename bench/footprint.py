@@ -11,7 +11,10 @@ an Idempotency-Key on each create and confirm) and lets the outbox worker settle
 taken after a plain `VACUUM` (no FULL: what a running system keeps, its freed space included) before
 and after the N intents (a VACUUM also runs after every 200 intents, as autovacuum would), and the
 difference divided by N is printed for every table (heap with its TOAST, free-space and visibility
-maps) and every index; a partitioned table counts all its partitions.
+maps) and every index; a partitioned table counts all its partitions, with their indexes (an index
+made on each partition alone, with no parent index, shows as `per partition: <name>`), and the
+script checks that the indexes it shows add up to every index of the schema. Last, the row updates
+of each table and how many of them were HOT (no new index entries).
 `raw` is the sum of `pg_column_size` of the rows' values (the data itself, without page, tuple
 header or index overhead), the yardstick of what the row must keep.
 
@@ -41,13 +44,19 @@ from tests.support.signed_client import SignedClient  # noqa: E402
 from paymanager.api.app import create_app  # noqa: E402
 
 VACUUM_EVERY = 200
-# Churning tables, bounded by time or count; ledger_account's rows (one per account) change in place.
+# Churning tables, bounded by time or count; ledger_account's rows (one per account) change in place;
+# ledger_pending keeps only the holds still open (migration 0205), so its size follows the holds open
+# at once, not the intents settled.
 BOUNDED = (
     "request_signature", "job", "job_queue", "job_periodic", "process", "ledger_account", "storage_upkeep",
+    "ledger_pending",
 )  # fmt: skip
 
 # Every ordinary and partitioned table of the schema: its own size plus its partitions' (the members
-# of pg_partition_tree, which is empty for a table that is not partitioned); the same for its indexes.
+# of pg_partition_tree, which is empty for a table that is not partitioned). Every index counts under
+# the table at the root of its partition tree: a partitioned index with its partitions' indexes, and
+# an index made on one partition alone (no parent index: ledger_transfer's per-partition id index)
+# under the partitioned table, summed over the partitions that have one of that name but the suffix.
 SIZES = """
 SELECT c.relname AS name, 'table' AS kind, c.relname AS owner,
        (SELECT coalesce(sum(pg_table_size(t.relid)), 0)
@@ -55,14 +64,26 @@ SELECT c.relname AS name, 'table' AS kind, c.relname AS owner,
   FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
  WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition
 UNION ALL
-SELECT i.relname, 'index', c.relname,
-       (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)
-          FROM (SELECT i.oid AS relid UNION SELECT relid FROM pg_partition_tree(i.oid)) AS t)::bigint
-  FROM pg_index AS x
-  JOIN pg_class AS i ON i.oid = x.indexrelid
-  JOIN pg_class AS c ON c.oid = x.indrelid
-  JOIN pg_namespace AS n ON n.oid = c.relnamespace
- WHERE n.nspname = 'public' AND NOT c.relispartition AND NOT i.relispartition
+SELECT name, 'index', owner, sum(bytes)::bigint
+  FROM (SELECT CASE WHEN c.relispartition
+                    THEN 'per partition: ' || substr(i.relname, length(c.relname) + 2)
+                    ELSE i.relname END AS name,
+               root.relname AS owner,
+               (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)
+                  FROM (SELECT i.oid AS relid UNION SELECT relid FROM pg_partition_tree(i.oid)) AS t) AS bytes
+          FROM pg_index AS x
+          JOIN pg_class AS i ON i.oid = x.indexrelid
+          JOIN pg_class AS c ON c.oid = x.indrelid
+          JOIN pg_class AS root ON root.oid = coalesce(pg_partition_root(c.oid), c.oid)
+          JOIN pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'public' AND NOT i.relispartition) AS found
+ GROUP BY name, owner
+"""
+# Every index of the schema, whatever its table: what the rows above must add up to.
+ALL_INDEXES = """
+SELECT coalesce(sum(pg_relation_size(i.oid)), 0)::bigint
+  FROM pg_class AS i JOIN pg_namespace AS n ON n.oid = i.relnamespace
+ WHERE n.nspname = 'public' AND i.relkind = 'i'
 """
 
 
@@ -75,6 +96,9 @@ class Snapshot:
 async def snapshot(conn: asyncpg.Connection) -> Snapshot:
     await conn.execute("VACUUM")
     sizes = {(r["kind"], r["owner"], r["name"]): r["bytes"] for r in await conn.fetch(SIZES)}
+    counted = sum(size for (kind, _, _), size in sizes.items() if kind == "index")
+    every = await conn.fetchval(ALL_INDEXES)
+    assert counted == every, f"the indexes counted ({counted} B) are not all of the schema's ({every} B)"
     raw = {}
     for _, owner, _ in sizes:
         if owner not in raw:
@@ -141,6 +165,29 @@ def report(before: Snapshot, after: Snapshot, count: int) -> None:
         print(f"{'TOTAL ' + group:46} {totals[group]:12.0f} {raw_totals[group]:8.0f}")
 
 
+# Row updates, and how many were HOT (no new index entry, the old version's space reused on its page),
+# per table over its partitions; the setup's updates (funding) are included.
+UPDATES = """
+SELECT coalesce(pg_partition_root(relid), relid)::regclass::text AS owner,
+       sum(n_tup_upd)::bigint AS updates, sum(n_tup_hot_upd)::bigint AS hot
+  FROM pg_stat_user_tables
+ GROUP BY 1
+HAVING sum(n_tup_upd) > 0
+ ORDER BY 1
+"""
+
+
+async def report_updates(url: str) -> None:
+    """Taken once every connection of the run is closed: a backend reports its counts as it exits."""
+    conn = await asyncpg.connect(url)
+    try:
+        print(f"{'updates (HOT) per table':46} {'updates':>12} {'HOT':>8}")
+        for row in await conn.fetch(UPDATES):
+            print(f"{row['owner']:46} {row['updates']:12} {row['hot']:8}")
+    finally:
+        await conn.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--intents", type=int, default=1000, help="Settled p2p intents to measure.")
@@ -182,6 +229,7 @@ async def main() -> None:
         report(before, after, args.intents)
         await components.close()
         await pool.close()
+        await report_updates(url)
     finally:
         await drop_database(url)
 

@@ -1,4 +1,4 @@
-"""The storage migrations (0203-0205, 0301-0303) carry a database's existing data over."""
+"""The storage migrations (0203-0206, 0301-0305) carry a database's existing data over."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import asyncpg
 
 from paymanager.application.idempotency.keys import key_id
 from paymanager.db import migrations
+from paymanager.db.pool import create_pool
+from paymanager.ledger import PostgresLedger, TransferFlags
 from tests.support.databases import DatabaseFactory
 
-STORAGE = {203, 204, 205, 301, 302, 303}
+STORAGE = {203, 204, 205, 206, 301, 302, 303, 304, 305}
 LATER_RELEASE = 400
 # Later components' migrations numbered below LATER_RELEASE: manual capture (0350-0359).
 LATER_BELOW = range(350, 360)
@@ -62,10 +64,13 @@ async def _old_data(conn: asyncpg.Connection) -> None:
         )  # fmt: skip
     await conn.execute("UPDATE ledger_account SET debits_posted = 5 WHERE id = $1", uuid.UUID(int=1))
     await conn.execute("UPDATE ledger_account SET credits_posted = 5 WHERE id = $1", uuid.UUID(int=2))
+    # The u32 and u16 values past the signed ranges of integer and smallint, where 0206 stores them
+    # as negative numbers, and 0 for those that may be.
     await conn.execute(
         "INSERT INTO ledger_transfer (id, debit_account_id, credit_account_id, amount, pending_id,"
         " user_data_128, user_data_64, user_data_32, timeout, ledger, code, flags, timestamp) VALUES"
-        " ($1, $3, $4, 5, NULL, $1, 0, 0, 0, 1, 1, 2, 10), ($2, $3, $4, 5, $1, $1, 0, 0, 0, 1, 1, 4, 11)",
+        " ($1, $3, $4, 5, NULL, $1, 0, 4294967295, 4294967295, 1, 65535, 2, 10),"
+        " ($2, $3, $4, 5, $1, $1, 0, 0, 0, 1, 32768, 4, 11)",
         uuid.UUID(int=0x10), uuid.UUID(int=0x11), uuid.UUID(int=1), uuid.UUID(int=2),
     )  # fmt: skip
     await conn.execute(
@@ -78,6 +83,22 @@ async def _old_data(conn: asyncpg.Connection) -> None:
         " '{\"id\": \"x\"}', now(), now() + interval '1 day')",
         SERVICE, b"h" * 32,
     )  # fmt: skip
+
+
+async def _transfers_read_as_written(url: str) -> None:
+    """The old transfers, read through the ledger after 0206 stored their u32/u16 values as signed bits."""
+    pool = await create_pool(url, min_size=1, max_size=2)
+    try:
+        ledger = PostgresLedger(pool)
+        hold, post = await ledger.lookup_transfers([0x10, 0x11])
+        assert (hold.user_data_32, hold.timeout, hold.ledger, hold.code, hold.flags) == (
+            4294967295, 4294967295, 1, 65535, TransferFlags.PENDING,
+        )  # fmt: skip
+        assert (post.user_data_32, post.timeout, post.code, post.pending_id) == (0, 0, 32768, 0x10)
+        assert [t.id for t in await ledger.get_account_transfers(1, code=65535)] == [0x10]
+        assert (await ledger.verify()).ok
+    finally:
+        await pool.close()
 
 
 async def test_the_storage_migrations_keep_every_row_of_an_existing_database(
@@ -101,13 +122,18 @@ async def test_the_storage_migrations_keep_every_row_of_an_existing_database(
             ) == ("intent_p_before")
             assert await conn.fetchval("SELECT count(*) FROM settlement WHERE intent_id = $1", INTENT) == 1
             assert await conn.fetchval("SELECT count(*) FROM ledger_transfer") == 2
+            await _transfers_read_as_written(url)
             # A posted pending transfer keeps no state row: its post says it (0205).
             assert await conn.fetchval("SELECT count(*) FROM ledger_pending") == 0
             kept = await conn.fetchrow(
-                "SELECT path, status_code, response_body FROM idempotency_key WHERE id = $1",
+                "SELECT path, status_code, response_body, request_hash FROM idempotency_key WHERE id = $1",
                 key_id(SERVICE, "k-1"),
             )
-            assert dict(kept) == {"path": "/accounts", "status_code": 201, "response_body": '{"id": "x"}'}
+            # The hash is cut to the 16 bytes a replay of the same request now computes (0304).
+            assert dict(kept) == {
+                "path": "/accounts", "status_code": 201, "response_body": '{"id": "x"}',
+                "request_hash": b"h" * 16,
+            }  # fmt: skip
         finally:
             await conn.close()
     finally:

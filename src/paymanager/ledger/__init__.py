@@ -45,6 +45,8 @@ Deliberate differences of the PostgreSQL ledger from TigerBeetle:
   An id is unique per partition by the schema and across partitions by the batch writer.
 - A resolved pending transfer keeps no state row (migration 0205): its state is read from the post or
   void that names it.
+- A transfer's u32 and u16 fields are stored as the same bits in integer and smallint columns
+  (migration 0206), converted in SQL both ways: every value of their widths is kept and read back.
 """
 
 from paymanager.ledger._batch import BALANCE_MAX

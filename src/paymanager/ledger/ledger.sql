@@ -1,6 +1,7 @@
 -- Statements of the PostgreSQL ledger (tables in db/versions/0200_ledger.sql).
 -- Columns of accounts and transfers are always selected in the order of the Account and Transfer
--- dataclasses, so rows decode positionally.
+-- dataclasses, so rows decode positionally. A transfer's u32 and u16 columns are stored as the same
+-- bits in integer and smallint (migration 0206): read through ledger_u32 / ledger_u16.
 
 -- name: account_select_many
 -- Accounts by id, without locking (lookups).
@@ -25,7 +26,8 @@ SELECT id, debits_pending, debits_posted, credits_pending, credits_posted, user_
 
 -- name: transfer_select_many
 SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
-       user_data_32, timeout, ledger, code, flags, timestamp
+       ledger_u32(user_data_32) AS user_data_32, ledger_u32(timeout) AS timeout, ledger_u32(ledger) AS ledger,
+       ledger_u16(code) AS code, ledger_u16(flags) AS flags, timestamp
   FROM ledger_transfer
  WHERE id = ANY($1::uuid[]);
 
@@ -65,15 +67,17 @@ SELECT p.id, t.debit_account_id, t.credit_account_id
 -- Two index range scans (debit side, credit side) merged, so a busy account costs only its page.
 SELECT * FROM (
     (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
-            user_data_32, timeout, ledger, code, flags, timestamp
+            ledger_u32(user_data_32) AS user_data_32, ledger_u32(timeout) AS timeout,
+            ledger_u32(ledger) AS ledger, ledger_u16(code) AS code, ledger_u16(flags) AS flags, timestamp
        FROM ledger_transfer
-      WHERE debit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = $4)
+      WHERE debit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = ledger_i16($4))
       ORDER BY timestamp LIMIT $5)
     UNION ALL
     (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
-            user_data_32, timeout, ledger, code, flags, timestamp
+            ledger_u32(user_data_32) AS user_data_32, ledger_u32(timeout) AS timeout,
+            ledger_u32(ledger) AS ledger, ledger_u16(code) AS code, ledger_u16(flags) AS flags, timestamp
        FROM ledger_transfer
-      WHERE credit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = $4)
+      WHERE credit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = ledger_i16($4))
       ORDER BY timestamp LIMIT $5)
 ) AS page
 ORDER BY timestamp
@@ -83,15 +87,17 @@ LIMIT $5;
 -- As account_transfers_page, newest first.
 SELECT * FROM (
     (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
-            user_data_32, timeout, ledger, code, flags, timestamp
+            ledger_u32(user_data_32) AS user_data_32, ledger_u32(timeout) AS timeout,
+            ledger_u32(ledger) AS ledger, ledger_u16(code) AS code, ledger_u16(flags) AS flags, timestamp
        FROM ledger_transfer
-      WHERE debit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = $4)
+      WHERE debit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = ledger_i16($4))
       ORDER BY timestamp DESC LIMIT $5)
     UNION ALL
     (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
-            user_data_32, timeout, ledger, code, flags, timestamp
+            ledger_u32(user_data_32) AS user_data_32, ledger_u32(timeout) AS timeout,
+            ledger_u32(ledger) AS ledger, ledger_u16(code) AS code, ledger_u16(flags) AS flags, timestamp
        FROM ledger_transfer
-      WHERE credit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = $4)
+      WHERE credit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = ledger_i16($4))
       ORDER BY timestamp DESC LIMIT $5)
 ) AS page
 ORDER BY timestamp DESC

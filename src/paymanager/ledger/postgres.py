@@ -32,6 +32,7 @@ from paymanager.ledger.metrics import count_transfers
 from paymanager.ledger.port import TransactionalLedger, check_history_limit
 from paymanager.ledger.types import (
     BATCH_MAX,
+    U16_MAX,
     U128_MAX,
     Account,
     AccountEventResult,
@@ -448,7 +449,9 @@ class PostgresLedger:
         reversed: bool = False,
     ) -> list[Transfer]:
         check_history_limit(limit)
-        if not 0 < account_id < U128_MAX:
+        # No transfer has an account id or a code outside their widths (the code is stored in a
+        # smallint, which could not hold one past u16).
+        if not 0 < account_id < U128_MAX or not 0 <= code <= U16_MAX:
             return []
         name = "account_transfers_page_reversed" if reversed else "account_transfers_page"
         upper = timestamp_max if timestamp_max else _I64_MAX

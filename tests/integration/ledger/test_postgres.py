@@ -349,3 +349,25 @@ async def test_a_limited_account_may_spend_exactly_its_balance_and_not_one_unit_
     assert (await ledger.create_transfers([_filling(side, 12, 40)]))[0].ok
     (over,) = await ledger.create_transfers([Transfer(13, *side, 1, ledger=1, code=1)])
     assert over.result is result
+
+
+async def test_unsigned_fields_past_the_signed_ranges_round_trip_and_filter(pool: asyncpg.Pool) -> None:
+    # Stored as the same bits in integer / smallint columns (migration 0206): the largest values
+    # come back unsigned, the history filters by such a code, and a code wider than u16 (which no
+    # transfer can have) finds nothing rather than failing the smallint conversion.
+    ledger = PostgresLedger(pool, clock=FakeClock())
+    await make_accounts(ledger, 1, 2)
+    wide = Transfer(
+        id=7, debit_account_id=1, credit_account_id=2, amount=5, user_data_32=2**32 - 1, timeout=2**32 - 1,
+        ledger=1, code=2**16 - 1, flags=F.PENDING,
+    )  # fmt: skip
+    assert [r.result for r in await ledger.create_transfers([wide])] == [TR.created]
+    [stored] = await ledger.lookup_transfers([7])
+    assert (stored.user_data_32, stored.timeout, stored.code, stored.flags) == (
+        2**32 - 1,
+        2**32 - 1,
+        2**16 - 1,
+        F.PENDING,
+    )
+    assert [t.id for t in await ledger.get_account_transfers(1, code=2**16 - 1)] == [7]
+    assert await ledger.get_account_transfers(1, code=2**16) == []

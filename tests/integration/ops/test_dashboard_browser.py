@@ -256,6 +256,36 @@ async def test_throughput_comes_from_the_database_and_the_table_updates_itself(
     assert site.external == []
 
 
+async def test_pause_and_resume_from_the_page_and_refused_without_login_or_token(
+    site: Site, browser: Browser
+) -> None:
+    for action in ("pause", "resume"):
+        await refused_without_login_and_with_a_bad_token(
+            browser, site, f"/dashboard/queues/outbox/{action}", {}
+        )
+    paused = "SELECT coalesce(bool_or(paused), false) AS paused FROM job_queue WHERE name = 'outbox'"
+    assert (await fetch(site.database_url, paused))[0]["paused"] is False
+    assert await fetch(site.database_url, "SELECT 1 FROM admin_audit WHERE action LIKE 'queue.%'") == []
+
+    page = await new_page(browser, site)
+    await login(page, site, site.admin)
+    await page.click("tr[data-queue=outbox] button:has-text('Pause')")
+    await page.wait_for_selector("tr[data-queue=outbox] .badge:has-text('paused')")
+    assert (await fetch(site.database_url, paused))[0]["paused"] is True
+    await page.click("tr[data-queue=outbox] button:has-text('Resume')")
+    await page.wait_for_selector("tr[data-queue=outbox] button:has-text('Pause')")
+    assert (await fetch(site.database_url, paused))[0]["paused"] is False
+    audit = await fetch(
+        site.database_url, "SELECT via, action FROM admin_audit WHERE action LIKE 'queue.%' ORDER BY id"
+    )
+    assert [(r["via"], r["action"]) for r in audit] == [
+        ("dashboard", "queue.pause"),
+        ("dashboard", "queue.resume"),
+    ]
+    await page.context.close()
+    assert site.external == []
+
+
 async def test_cancel_and_replay_from_the_page(site: Site, browser: Browser, tmp_path: Path) -> None:
     pool = await create_pool(site.database_url, min_size=1, max_size=1)
     try:

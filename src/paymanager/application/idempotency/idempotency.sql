@@ -1,8 +1,9 @@
 -- name: idempotency_key_claim_signed
 -- The first statement of a signed POST, in one round trip: remembers the request's signature $6 of
--- service $1 (kept until $7; see request_signature_remember) and claims key $2 (`keys.key_id`). A
--- concurrent claim of the same key waits until the first transaction ends; an expired key is taken
--- over. fresh_signature is false for a replayed signature; claimed is false when an outcome is stored.
+-- service $1 (kept until $7; see request_signature_remember) and claims key $2 (`keys.key_id`) at
+-- $5 until $8. A concurrent claim of the same key waits until the first transaction ends; a key
+-- expired at $5 is taken over. fresh_signature is false for a replayed signature; claimed is false
+-- when an outcome is stored.
 -- Both inserts run in this order in every transaction, so concurrent requests lock alike.
 WITH remembered AS (
     INSERT INTO request_signature (signature, service_id, expires_at)
@@ -10,13 +11,13 @@ WITH remembered AS (
     ON CONFLICT (signature) DO NOTHING
     RETURNING 1
 ), claimed AS (
-    INSERT INTO idempotency_key (id, path, request_hash, created_at, expires_at)
-    VALUES ($2, $3, $4, $5, $8)
+    INSERT INTO idempotency_key (id, path, request_hash, expires_at)
+    VALUES ($2, $3, $4, $8)
     ON CONFLICT (id) DO UPDATE
        SET path = EXCLUDED.path, request_hash = EXCLUDED.request_hash, status_code = NULL,
            response_body = NULL, response_ref = NULL, response_version = NULL, response_digest = NULL,
-           created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-     WHERE idempotency_key.expires_at <= EXCLUDED.created_at
+           expires_at = EXCLUDED.expires_at
+     WHERE idempotency_key.expires_at <= $5
     RETURNING 1
 )
 SELECT EXISTS (SELECT FROM remembered) AS fresh_signature, EXISTS (SELECT FROM claimed) AS claimed;

@@ -44,10 +44,11 @@ RETURNING *;
 
 -- name: intent_list
 -- Newest first; $1 service (NULL: every service, admin only), $2 status, $3 channel, $4 account,
--- $5 cursor (ids below it), $6 limit.
+-- $5 cursor (ids below it), $6 limit. A service's intents are found through intent_service_idx, keyed
+-- by the hash of the service id (migration 0305).
 SELECT *
   FROM intent
- WHERE ($1::text IS NULL OR service_id = $1)
+ WHERE ($1::text IS NULL OR (hashtext(service_id) = hashtext($1) AND service_id = $1))
    AND ($2::text IS NULL OR status = $2)
    AND ($3::text IS NULL OR channel = $3)
    AND ($4::uuid IS NULL OR payer_account_id = $4 OR payee_account_id = $4)
