@@ -423,6 +423,13 @@ class Settings(BaseSettings):
         le=30 * 86_400,
         description="A confirmed intent not settled within this is failed and its hold voided.",
     )
+    capture_window_sec: int = Field(
+        default=7 * 86_400,
+        ge=60,
+        le=30 * 86_400,
+        description="How long a manual-capture intent's hold waits for its capture before it is voided "
+        "and the intent expires.",
+    )
     invoice_default_ttl_sec: int = Field(
         default=900, ge=1, le=30 * 86_400, description="Expiry of a merchant invoice that names none."
     )

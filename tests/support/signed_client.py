@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -20,11 +21,13 @@ class SignedClient:
         self.http = http
         self.service_id = service_id
         self.secret = secret
+        # Unix seconds the requests are stamped with; a test that moves the server's clock sets it.
+        self.clock: Callable[[], float] = time.time
 
     def headers_for(
         self, method: str, target: str, body: bytes, timestamp: int | None = None, nonce: str | None = None
     ) -> dict[str, str]:
-        stamp = int(time.time()) if timestamp is None else timestamp
+        stamp = int(self.clock()) if timestamp is None else timestamp
         return signed_headers(self.service_id, self.secret.encode(), method, target, stamp, body, nonce)
 
     async def request(

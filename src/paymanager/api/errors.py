@@ -108,6 +108,10 @@ _DOMAIN_STATUS: dict[type[domain.DomainError], int] = {
     domain.RefundNotRefundableError: 409,
     domain.RefundNotSupportedError: 409,
     domain.InsufficientFundsError: 422,
+    domain.IntentNotCapturableError: 409,
+    domain.CaptureExpiredError: 409,
+    domain.CaptureExceedsHoldError: 422,
+    domain.CaptureMethodNotAllowedError: 422,
     domain.DomainError: 422,
 }
 

@@ -9,18 +9,19 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Query, Request, Security
+from fastapi import APIRouter, Body, Query, Request, Security
 from fastapi.responses import Response
 from sse_starlette.sse import EventSourceResponse
 
 from paymanager.api.auth import authenticate
 from paymanager.api.errors import domain_error_body, domain_status
 from paymanager.api.idempotent import run_idempotent
-from paymanager.api.schemas import IntentCreate, IntentList, IntentOut, QuoteOut, QuoteRequest
+from paymanager.api.schemas import CaptureRequest, IntentCreate, IntentList, IntentOut, QuoteOut, QuoteRequest
 from paymanager.application.context import Payments
 from paymanager.application.idempotency.unit_of_work import IntentReply
 from paymanager.application.intents import events
 from paymanager.application.intents.cancel import cancel_intent
+from paymanager.application.intents.capture import CAPTURE_DEADLINE_PASSED, capture_intent
 from paymanager.application.intents.confirm import confirm_intent
 from paymanager.application.intents.create import IntentRequest, create_intent, quote, quote_view
 from paymanager.application.intents.event_hub import IntentEventHub
@@ -30,7 +31,7 @@ from paymanager.application.psp.store import PspStore
 from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import ChannelName
-from paymanager.domain.errors import IntentExpiredError
+from paymanager.domain.errors import CaptureExpiredError, IntentExpiredError
 from paymanager.domain.intents import TERMINAL, IntentStatus
 
 router = APIRouter(prefix="/intents", tags=["intents"])
@@ -60,7 +61,7 @@ async def create(
     payments: Payments = request.app.state.payments
     wanted = IntentRequest(
         body.channel.value, body.amount, body.currency, body.payer_account_id, body.payee_account_id,
-        body.description, body.metadata, body.expires_in_sec,
+        body.description, body.metadata, body.expires_in_sec, body.capture_method,
     )  # fmt: skip
 
     async def work(conn: Conn, pending: events.Pending) -> IntentReply:
@@ -96,9 +97,46 @@ async def confirm(
 
 
 @router.post(
+    "/{intent_id}/capture",
+    response_model=IntentOut,
+    summary="Capture a manual intent: post part or all of its hold, release the rest",
+    description="For an intent created with `capture_method: manual` and confirmed (`requires_capture`): "
+    "posts `amount` (omitted: the whole held amount) and the channel's fee on it, releases the rest of "
+    "the hold, and settles the intent (status `settled`, `amount_captured`, the `intent.settled` "
+    "webhook), in this request. 422 `capture_exceeds_capturable` (details.capturable) above the hold; "
+    "409 `already_captured` the second time; 409 `intent_not_capturable` for an automatic, unconfirmed "
+    "or ended intent; 409 `capture_expired` after the capture deadline (the hold is voided and the "
+    "intent expired, if that had not happened yet).",
+)
+async def capture(
+    intent_id: uuid.UUID,
+    request: Request,
+    body: CaptureRequest | None = Body(default=None),
+    caller: ServiceIdentity = Security(authenticate),
+) -> Response:
+    payments: Payments = request.app.state.payments
+    amount = body.amount if body is not None else None
+
+    async def work(conn: Conn, pending: events.Pending) -> tuple[int, Any] | IntentReply:
+        row = await capture_intent(payments, conn, caller, intent_id, amount, pending.published)
+        if row.status is not IntentStatus.SETTLED:
+            # The deadline passed (or the ledger had released the hold): the expiry commits, and the
+            # capture is answered as refused.
+            expired = CaptureExpiredError(
+                row.failure_reason or CAPTURE_DEADLINE_PASSED, {"intent": intent_view(row)}
+            )
+            return domain_status(expired), domain_error_body(expired)
+        return IntentReply(200, row)
+
+    return await run_idempotent(request, caller, work)
+
+
+@router.post(
     "/{intent_id}/cancel",
     response_model=IntentOut,
     summary="Cancel: a created intent ends; a confirmed one has its hold voided",
+    description="A manual intent awaiting its capture has its hold voided; once captured (settled) "
+    "a cancel answers 409 `invalid_transition`.",
 )
 async def cancel(
     intent_id: uuid.UUID, request: Request, caller: ServiceIdentity = Security(authenticate)

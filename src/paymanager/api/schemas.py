@@ -10,7 +10,7 @@ import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from paymanager.domain.channels import ChannelName
-from paymanager.domain.intents import IntentStatus
+from paymanager.domain.intents import CaptureMethod, IntentStatus
 from paymanager.domain.money import CURRENCIES, MAX_AMOUNT_MINOR
 
 METADATA_BYTES_MAX = 4_096
@@ -130,6 +130,14 @@ class IntentCreate(_Strict):
         default_factory=dict, description=f"At most {METADATA_BYTES_MAX} bytes as JSON."
     )
     expires_in_sec: StrictInt | None = Field(default=None, ge=1, description="merchant-invoice only.")
+    capture_method: CaptureMethod = Field(
+        default=CaptureMethod.AUTOMATIC,
+        description="`automatic`: confirm settles the intent. `manual` (internal-p2p and merchant-invoice "
+        "only; other channels answer 422 `capture_method_not_allowed`): confirm holds the funds and the "
+        "intent waits in `requires_capture` until `POST /intents/{id}/capture` or its capture deadline "
+        "(`settle_deadline_at`, CAPTURE_WINDOW_SEC after the confirm), when the hold is voided and the "
+        "intent expires.",
+    )
 
     @field_validator("description", "metadata")
     @classmethod
@@ -162,8 +170,9 @@ class IntentOut(BaseModel):
     id: str
     channel: str
     status: IntentStatus
-    awaiting: Literal["settlement", "psp"] | None = Field(
-        description="What a confirmed intent waits for: the outbox settlement, or (ipps-transfer) the PSP."
+    awaiting: Literal["settlement", "psp", "capture"] | None = Field(
+        description="What a confirmed intent waits for: the outbox settlement, (ipps-transfer) the PSP, or "
+        "(requires_capture) the merchant's capture."
     )
     amount: int
     fee: int
@@ -179,10 +188,24 @@ class IntentOut(BaseModel):
     updated_at: str
     expires_at: str | None
     confirmed_at: str | None
-    settle_deadline_at: str | None
+    settle_deadline_at: str | None = Field(
+        description="A confirmed intent's settlement deadline; a manual one's capture deadline."
+    )
     finished_at: str | None
+    capture_method: CaptureMethod
+    amount_captured: int | None = Field(
+        description="What the capture posted of the held amount (manual intents, once captured); the "
+        "rest was released."
+    )
+    fee_captured: int | None = Field(description="The fee posted with the capture (on the captured amount).")
     psp: PspView | None = Field(
         default=None, description="A payout's PSP transaction: its state and the PSP's reference."
+    )
+
+
+class CaptureRequest(_Strict):
+    amount: Amount | None = Field(
+        default=None, description="What to capture of the held amount; omitted: all of it."
     )
 
 

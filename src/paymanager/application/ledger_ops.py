@@ -16,6 +16,7 @@ from typing import TypeGuard
 from paymanager.application.ids import new_id, transfer_id
 from paymanager.application.intents.store import Intent
 from paymanager.db.pool import Conn
+from paymanager.domain.capture import Capture
 from paymanager.domain.channels import AccountKind, ChannelName
 from paymanager.domain.errors import InsufficientFundsError
 from paymanager.domain.money import currency
@@ -203,19 +204,25 @@ async def resolve(ledger: Ledger, conn: Conn | None, intent: Intent, *, post: bo
 
 
 async def resolve_many(
-    ledger: Ledger, conn: Conn | None, intents: list[tuple[Intent, bool]]
+    ledger: Ledger,
+    conn: Conn | None,
+    intents: list[tuple[Intent, bool]],
+    captures: Sequence[Capture | None] | None = None,
 ) -> list[bool | LedgerRefusedError]:
     """`resolve` for several intents in ONE ledger batch (on `conn`'s transaction where the ledger
     joins it): per (intent, post) pair, its
-    outcome as `resolve` returns it, or the `LedgerRefusedError` it would raise.
+    outcome as `resolve` returns it, or the `LedgerRefusedError` it would raise. `captures` (per
+    pair, None for the whole hold) makes a post partial: the captured amount and fee are posted and
+    the rest of each leg released (the ledger's partial post).
 
     Each intent's legs form their own linked chain (the last leg is unlinked), so the ledger applies
     or refuses each intent's chain as a whole and independently of the others: a refused intent has
     moved nothing, and the others' transfers stand."""
     transfers: list[Transfer] = []
     ends: list[int] = []
-    for intent, post in intents:
-        transfers.extend(_resolve_transfers(intent, post=post))
+    for index, (intent, post) in enumerate(intents):
+        capture = captures[index] if captures is not None else None
+        transfers.extend(_resolve_transfers(intent, post=post, capture=capture))
         ends.append(len(transfers))
     results = await _transfers(ledger, conn, transfers) if transfers else []
     outcomes: list[bool | LedgerRefusedError] = []
@@ -226,17 +233,19 @@ async def resolve_many(
     return outcomes
 
 
-def _resolve_transfers(intent: Intent, *, post: bool) -> list[Transfer]:
+def _resolve_transfers(intent: Intent, *, post: bool, capture: Capture | None = None) -> list[Transfer]:
     hold_id = intent.hold_id
     assert hold_id is not None, "a confirmed intent has its hold"
+    assert capture is None or post, "only a post captures"
     legs = _legs(intent)
     action = "post" if post else "void"
     flag = TransferFlags.POST_PENDING_TRANSFER if post else TransferFlags.VOID_PENDING_TRANSFER
+    posted = {"amount": capture.amount, "fee": capture.fee} if capture is not None else {}
     return [
         Transfer(
             id=transfer_id(hold_id, f"{action}.{purpose}"),
             pending_id=transfer_id(hold_id, f"hold.{purpose}"),
-            amount=AMOUNT_MAX if post else 0,
+            amount=posted.get(purpose, AMOUNT_MAX if post else 0),
             user_data_128=intent.id.int,
             ledger=currency(intent.currency).numeric,
             code=_code(intent, purpose),

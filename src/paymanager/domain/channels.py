@@ -115,6 +115,8 @@ class Channel:
     # False for channels whose next step is outside paymanager's ledger (a PSP payout).
     settles_on_confirm: bool = True
     expires: bool = False
+    # True for channels where a merchant is paid and may capture a hold later (`capture_method=manual`).
+    manual_capture: bool = False
 
     def quote(self, amount: Money) -> Quote:
         fee = Money(self.fee.fee_for(amount.amount), amount.currency)
@@ -173,6 +175,7 @@ DEFAULT_CHANNELS: tuple[Channel, ...] = (
         FeeRule(rate_bps=50, min_minor=1, max_minor=10_000),
         payer_kinds=frozenset({AccountKind.USER}),
         payee_kinds=_PEOPLE,
+        manual_capture=True,
     ),
     Channel(
         ChannelName.IPPS_TRANSFER,
@@ -205,6 +208,7 @@ DEFAULT_CHANNELS: tuple[Channel, ...] = (
         payer_kinds=frozenset({AccountKind.USER}),
         payee_kinds=frozenset({AccountKind.MERCHANT}),
         expires=True,
+        manual_capture=True,
     ),
 )
 

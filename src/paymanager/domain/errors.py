@@ -88,3 +88,31 @@ class RefundNotRefundableError(DomainError):
 
 class RefundNotSupportedError(DomainError):
     code = "refund_not_supported"
+
+
+class CaptureMethodNotAllowedError(DomainError):
+    """`capture_method=manual` on a channel whose intents the merchant does not capture."""
+
+    code = "capture_method_not_allowed"
+
+
+class CaptureExceedsHoldError(DomainError):
+    """A capture larger than the hold; `details.capturable` says what may be captured."""
+
+    code = "capture_exceeds_capturable"
+
+
+class IntentNotCapturableError(DomainError):
+    """A capture of an intent that does not wait for one (automatic, not confirmed, ended)."""
+
+    code = "intent_not_capturable"
+
+
+class AlreadyCapturedError(IntentNotCapturableError):
+    code = "already_captured"
+
+
+class CaptureExpiredError(DomainError):
+    """A capture after the capture deadline: the hold is (now) voided and the intent expired."""
+
+    code = "capture_expired"

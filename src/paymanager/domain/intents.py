@@ -3,11 +3,17 @@
     created --confirm--> confirmed --settle--> settled
        |                     |------fail----> failed
        |                     '-----cancel---> cancelled
+       |--confirm (manual)--> requires_capture --capture--> settled
+       |                          |---------fail---------> failed
+       |                          |--------cancel--------> cancelled
+       |                          '---capture deadline---> expired
        |------cancel------> cancelled
        '------expire------> expired      (merchant-invoice only)
 
 A confirmed intent holds its funds with pending ledger transfers; settled posts them, failed and
-cancelled void them. Terminal states never change again.
+cancelled void them. An intent created with `capture_method=manual` is confirmed into
+`requires_capture`: its funds are held until the merchant captures part or all of them (the rest is
+released) or the capture deadline voids the hold. Terminal states never change again.
 """
 
 from __future__ import annotations
@@ -20,10 +26,18 @@ from paymanager.domain.errors import InvalidTransitionError
 class IntentStatus(StrEnum):
     CREATED = "created"
     CONFIRMED = "confirmed"
+    REQUIRES_CAPTURE = "requires_capture"
     SETTLED = "settled"
     FAILED = "failed"
     CANCELLED = "cancelled"
     EXPIRED = "expired"
+
+
+class CaptureMethod(StrEnum):
+    """Who ends a confirmed intent's hold: the settlement job at once, or the merchant's capture."""
+
+    AUTOMATIC = "automatic"
+    MANUAL = "manual"
 
 
 class SettlementOutcome(StrEnum):
@@ -38,8 +52,13 @@ TERMINAL: frozenset[IntentStatus] = frozenset(
 )
 
 TRANSITIONS: dict[IntentStatus, frozenset[IntentStatus]] = {
-    IntentStatus.CREATED: frozenset({IntentStatus.CONFIRMED, IntentStatus.CANCELLED, IntentStatus.EXPIRED}),
+    IntentStatus.CREATED: frozenset(
+        {IntentStatus.CONFIRMED, IntentStatus.REQUIRES_CAPTURE, IntentStatus.CANCELLED, IntentStatus.EXPIRED}
+    ),
     IntentStatus.CONFIRMED: frozenset({IntentStatus.SETTLED, IntentStatus.FAILED, IntentStatus.CANCELLED}),
+    IntentStatus.REQUIRES_CAPTURE: frozenset(
+        {IntentStatus.SETTLED, IntentStatus.FAILED, IntentStatus.CANCELLED, IntentStatus.EXPIRED}
+    ),
     IntentStatus.SETTLED: frozenset(),
     IntentStatus.FAILED: frozenset(),
     IntentStatus.CANCELLED: frozenset(),
@@ -47,17 +66,35 @@ TRANSITIONS: dict[IntentStatus, frozenset[IntentStatus]] = {
 }
 
 
-def can_transition(current: IntentStatus, target: IntentStatus, *, expires: bool) -> bool:
-    """True when `current -> target` is an edge; `expired` exists only for intents that expire."""
-    if target is IntentStatus.EXPIRED and not expires:
+# The statuses in which an intent's funds are held by pending ledger transfers.
+HOLDING: frozenset[IntentStatus] = frozenset({IntentStatus.CONFIRMED, IntentStatus.REQUIRES_CAPTURE})
+
+
+def can_transition(
+    current: IntentStatus, target: IntentStatus, *, expires: bool, manual: bool = False
+) -> bool:
+    """True when `current -> target` is an edge for this intent: a created intent expires only on a
+    channel whose intents expire (an uncaptured hold expires at its deadline whatever the channel),
+    and is confirmed into `requires_capture` when `manual`, into `confirmed` otherwise."""
+    if current is IntentStatus.CREATED and target is IntentStatus.EXPIRED and not expires:
+        return False
+    if target is IntentStatus.REQUIRES_CAPTURE and not manual:
+        return False
+    if target is IntentStatus.CONFIRMED and manual:
         return False
     return target in TRANSITIONS[current]
 
 
-def transition(current: IntentStatus, target: IntentStatus, *, expires: bool) -> IntentStatus:
+def transition(
+    current: IntentStatus, target: IntentStatus, *, expires: bool, manual: bool = False
+) -> IntentStatus:
     """`target`, or `InvalidTransitionError` naming both states and the allowed ones."""
-    if not can_transition(current, target, expires=expires):
-        allowed = sorted(s.value for s in TRANSITIONS[current] if can_transition(current, s, expires=expires))
+    if not can_transition(current, target, expires=expires, manual=manual):
+        allowed = sorted(
+            s.value
+            for s in TRANSITIONS[current]
+            if can_transition(current, s, expires=expires, manual=manual)
+        )
         raise InvalidTransitionError(
             f"an intent cannot go from {current.value} to {target.value}",
             {"from": current.value, "to": target.value, "allowed": allowed},

@@ -6,10 +6,12 @@ import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 
+import orjson
 import pytest
 
 from paymanager.api.signing import new_nonce
-from paymanager.application.idempotency.keys import key_id
+from paymanager.application.idempotency.keys import body_digest, key_id
+from paymanager.application.intents.queries import CAPTURE_FIELDS
 from paymanager.application.intents.settle import settle
 from tests.integration.payments.conftest import Api
 
@@ -191,3 +193,19 @@ async def test_a_rebuilt_body_that_differs_from_the_first_answers_410(api: Api) 
     again = await api.client.post("/intents", body | {"description": "first"}, key="diverged")
     assert again.status_code == 410
     assert again.json()["error"]["code"] == "idempotency_outcome_unavailable"
+
+
+async def test_a_key_stored_before_the_capture_fields_existed_replays_its_first_body(api: Api) -> None:
+    body = await _funded_p2p(api)
+    created = await api.client.post("/intents", body, key="before-capture")
+    # The response as an earlier release answered and digested it: without the capture fields.
+    earlier = {k: v for k, v in created.json().items() if k not in CAPTURE_FIELDS}
+    assert earlier != created.json()
+    async with api.payments.pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE idempotency_key SET response_digest = $2 WHERE id = $1",
+            key_id(api.client.service_id, "before-capture"), body_digest(orjson.dumps(earlier)),
+        )  # fmt: skip
+    again = await api.client.post("/intents", body, key="before-capture")
+    assert (again.status_code, again.json()) == (201, earlier)
+    assert again.headers["Idempotent-Replayed"] == "true"

@@ -18,8 +18,9 @@ from paymanager.application.holds import resolve
 from paymanager.application.ids import transfer_id
 from paymanager.application.intents import events
 from paymanager.application.intents.cancel import cancel_intent
+from paymanager.application.intents.capture import capture_intent
 from paymanager.application.intents.confirm import confirm_intent
-from paymanager.application.intents.invoice_sweep import sweep_invoices
+from paymanager.application.intents.invoice_sweep import sweep, sweep_invoices
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle, settle_many
 from paymanager.application.services.use_cases import ServiceIdentity
@@ -27,6 +28,7 @@ from paymanager.db.pool import create_pool
 from paymanager.domain.channels import AccountKind
 from paymanager.ledger import TigerBeetleLedger
 from tests.integration.payments.conftest import Api, open_api
+from tests.support.intent_flows import balance_figures
 from tests.support.locks import wait_for_a_waiter_behind
 from tests.support.lost_confirms import confirm_then_roll_back, funded_invoice, voided_legs
 
@@ -423,3 +425,39 @@ async def test_ledger_ops_tell_the_backends_apart(tb_api: Api, pool: asyncpg.Poo
 
     assert not ledger_ops.joins_transactions(tb_api.payments.ledger)
     assert ledger_ops.joins_transactions(PostgresLedger(pool))
+
+
+async def test_a_capture_that_crashed_after_deciding_is_finished_with_the_amount_it_decided(
+    tb_api: Api,
+) -> None:
+    api = tb_api
+    payer, payee = await _funded_pair(api)
+    body = {
+        "channel": "internal-p2p", "amount": 1_000, "currency": "THB", "payer_account_id": payer,
+        "payee_account_id": payee, "capture_method": "manual",
+    }  # fmt: skip
+    created = await api.client.post("/intents", body)
+    intent_id = created.json()["id"]
+    assert (await api.client.post(f"/intents/{intent_id}/confirm")).json()["status"] == "requires_capture"
+    api.payments.checkpoint = crash_once_at(resolve.DECIDED)
+    with pytest.raises(Crash):
+        async with api.payments.pool.acquire() as conn, conn.transaction():
+            await capture_intent(api.payments, conn, _shop(api), uuid.UUID(intent_id), 600, [])
+    assert await _decision(api, intent_id) == ("post", "settled")
+    assert await _status(api, intent_id) == "requires_capture"
+    assert not await _ledger_has(api, intent_id, "post.amount")
+    # The decided capture wins over a cancel, and over the deadline: the sweep carries it out with
+    # the amount decided (not the whole hold, not a void).
+    cancel = await api.client.post(f"/intents/{intent_id}/cancel")
+    assert (cancel.status_code, cancel.json()["error"]["code"]) == (409, "invalid_transition")
+    api.clock.now = datetime.now(UTC) + timedelta(seconds=api.payments.settings.capture_window_sec)
+    api.client.clock = lambda: api.clock().timestamp()  # requests signed on the moved clock
+    assert (await sweep(api.payments)).captures_expired == 1
+    shown = (await api.client.get(f"/intents/{intent_id}")).json()
+    assert (shown["status"], shown["amount_captured"], shown["fee_captured"]) == ("settled", 600, 3)
+    assert (await api.client.balance(payee))["posted"] == 600
+    left = 10_000 - 603
+    assert await balance_figures(api.client, payer) == {
+        "posted": left, "pending": 0, "available": left,
+    }  # fmt: skip
+    assert await _settlements(api, intent_id) == ["posted"]

@@ -32,6 +32,7 @@ from paymanager.application.holds.store import Decision, DecisionStore
 from paymanager.application.ids import new_id
 from paymanager.application.intents.store import Intent, IntentStore
 from paymanager.db.pool import Conn
+from paymanager.domain.capture import Capture
 from paymanager.domain.errors import InsufficientFundsError, InvalidTransitionError
 from paymanager.domain.intents import IntentStatus
 
@@ -102,34 +103,38 @@ async def release_unconfirmed_holds(payments: Payments, conn: Conn, rows: list[I
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What the caller wants for one locked, confirmed intent."""
+    """What the caller wants for one locked intent whose funds are held (confirmed, or awaiting its
+    capture); `capture`: post that part of the hold and release the rest (None: all of it)."""
 
     row: Intent
     target: IntentStatus
     reason: str | None
+    capture: Capture | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """Where the intent goes now that the ledger answered; `posted` False for a void, or for a post
-    that found the hold released (the caller then fails the intent)."""
+    that found the hold released (the caller then fails the intent); `capture`: the part posted, when
+    a capture decided it (on TigerBeetle the earlier decision's, which may not be the plan's)."""
 
     target: IntentStatus
     reason: str | None
     posted: bool
+    capture: Capture | None = None
 
 
 async def resolve_holds(
     payments: Payments, conn: Conn, plans: list[Plan], *, decided_by: str
 ) -> list[Resolved | Exception]:
-    """Post or void the holds of `plans` (locked on `conn`, confirmed); per plan its `Resolved`, or the
-    exception that intent alone met (the ledger refused it: nothing of it is to be written)."""
+    """Post or void the holds of `plans` (locked on `conn`, holding funds); per plan its `Resolved`, or
+    the exception that intent alone met (the ledger refused it: nothing of it is to be written)."""
     if not plans:
         return []
     if ledger_ops.joins_transactions(payments.ledger):
         posted = await _resolve_in_transaction(payments, conn, plans)
         return [
-            p if isinstance(p, Exception) else Resolved(plan.target, plan.reason, p)
+            p if isinstance(p, Exception) else Resolved(plan.target, plan.reason, p, plan.capture)
             for plan, p in zip(plans, posted, strict=True)
         ]
     return await _decide_then_apply(payments, plans, decided_by=decided_by)
@@ -142,12 +147,15 @@ async def decision_of(payments: Payments, conn: Conn, intent_id: uuid.UUID) -> D
     return await DecisionStore(conn).get(intent_id=intent_id)
 
 
-def refuse_undoing(decision: Decision | None, target: IntentStatus) -> None:
-    """A cancel that comes after a post was decided has lost the race, as if the settlement had ended."""
+def refuse_undoing(
+    decision: Decision | None, target: IntentStatus, current: IntentStatus = IntentStatus.CONFIRMED
+) -> None:
+    """A cancel that comes after a post was decided has lost the race, as if the settlement had ended
+    (a capture that comes after a void was decided likewise: the capture refuses it itself)."""
     if decision is not None and decision.post and target is not IntentStatus.SETTLED:
         raise InvalidTransitionError(
             f"the intent's settlement is already decided; it cannot become {target.value}",
-            {"from": IntentStatus.CONFIRMED.value, "to": target.value, "allowed": []},
+            {"from": current.value, "to": target.value, "allowed": []},
         )
 
 
@@ -163,7 +171,10 @@ async def _resolve_in_transaction(
         savepoint = conn.transaction()
         await savepoint.start()
         results = await ledger_ops.resolve_many(
-            payments.ledger, conn, [(plans[k].row, plans[k].target is IntentStatus.SETTLED) for k in todo]
+            payments.ledger,
+            conn,
+            [(plans[k].row, plans[k].target is IntentStatus.SETTLED) for k in todo],
+            [plans[k].capture for k in todo],
         )
         refused = [k for k, r in zip(todo, results, strict=True) if isinstance(r, Exception)]
         if not refused:
@@ -182,7 +193,9 @@ async def _resolve_in_transaction(
 async def _decide_then_apply(
     payments: Payments, plans: list[Plan], *, decided_by: str
 ) -> list[Resolved | Exception]:
-    wanted = [Decision(p.row.id, p.target is IntentStatus.SETTLED, p.target, p.reason) for p in plans]
+    wanted = [
+        Decision(p.row.id, p.target is IntentStatus.SETTLED, p.target, p.reason, p.capture) for p in plans
+    ]
     # Its own connection and transaction, committed before the ledger is asked: the caller's
     # transaction (which holds the intent locks) commits only after the ledger answered.
     async with payments.side.acquire() as side:
@@ -190,7 +203,10 @@ async def _decide_then_apply(
     await payments.checkpoint(DECIDED)
     chosen = [decisions[p.row.id] for p in plans]
     outcomes = await ledger_ops.resolve_many(
-        payments.ledger, None, [(p.row, d.post) for p, d in zip(plans, chosen, strict=True)]
+        payments.ledger,
+        None,
+        [(p.row, d.post) for p, d in zip(plans, chosen, strict=True)],
+        [d.capture for d in chosen],
     )
     await payments.checkpoint(APPLIED)
     # The decision's status, not the plan's: an earlier decision wins. A post that found the hold
@@ -198,6 +214,6 @@ async def _decide_then_apply(
     return [
         outcome
         if isinstance(outcome, Exception)
-        else Resolved(decision.status, decision.reason, decision.post and outcome)
+        else Resolved(decision.status, decision.reason, decision.post and outcome, decision.capture)
         for decision, outcome in zip(chosen, outcomes, strict=True)
     ]

@@ -10,6 +10,7 @@ import asyncpg
 
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
+from paymanager.domain.capture import Capture
 from paymanager.domain.intents import IntentStatus
 
 Q = load_queries("paymanager.application.holds", "holds.sql")
@@ -23,10 +24,20 @@ class Decision:
     post: bool
     status: IntentStatus
     reason: str | None
+    # A capture's part of the hold to post; None: all of it (or a void).
+    capture: Capture | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Decision:
-        return cls(row["intent_id"], row["action"] == "post", IntentStatus(row["status"]), row["reason"])
+        capture = None if row["amount"] is None else Capture(row["amount"], row["fee"])
+        status = IntentStatus.EXPIRED if row["expired"] else IntentStatus(row["status"])
+        return cls(row["intent_id"], row["action"] == "post", status, row["reason"], capture)
+
+
+def _stored_status(decision: Decision) -> str:
+    """The status `ledger_decision` keeps: its CHECK (0700) predates expired holds, which it keeps as
+    'failed' with `ledger_decision_capture.expired` set (migration 0350)."""
+    return (IntentStatus.FAILED if decision.status is IntentStatus.EXPIRED else decision.status).value
 
 
 class DecisionStore:
@@ -41,7 +52,10 @@ class DecisionStore:
         rows = await self._conn.fetch(
             Q["decision_insert_many"],
             [d.intent_id for d in wanted], ["post" if d.post else "void" for d in wanted],
-            [d.status.value for d in wanted], [d.reason for d in wanted], decided_by, now,
+            [_stored_status(d) for d in wanted], [d.reason for d in wanted], decided_by, now,
+            [d.capture.amount if d.capture else None for d in wanted],
+            [d.capture.fee if d.capture else None for d in wanted],
+            [d.status is IntentStatus.EXPIRED for d in wanted],
         )  # fmt: skip
         found = {row["intent_id"]: Decision.from_row(row) for row in rows}
         for decision in wanted:

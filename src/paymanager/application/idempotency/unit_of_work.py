@@ -21,7 +21,7 @@ from paymanager.application.errors import IdempotencyOutcomeLostError
 from paymanager.application.idempotency import keys
 from paymanager.application.idempotency.store import Reference
 from paymanager.application.intents import events
-from paymanager.application.intents.queries import intent_view, view_at
+from paymanager.application.intents.queries import intent_view, legacy_view, view_at
 from paymanager.application.intents.settle import publish
 from paymanager.application.intents.store import Intent, IntentStore
 from paymanager.db.pool import Conn
@@ -148,6 +148,8 @@ async def _replayed_body(conn: Conn, stored: keys.StoredOutcome) -> object:
     intent = await IntentStore(conn).get(intent_id=ref.intent_id)
     shown = view_at(intent, ref.version) if intent is not None else None
     body = intent_view(shown) if shown is not None else None
+    if body is not None and keys.body_digest(orjson.dumps(body)) != ref.digest:
+        body = legacy_view(body)
     if body is None or keys.body_digest(orjson.dumps(body)) != ref.digest:
         raise IdempotencyOutcomeLostError(
             "the first response to this Idempotency-Key can no longer be rebuilt (its intent was "

@@ -1,7 +1,8 @@
 """Confirm an intent: hold its funds with pending transfers and enqueue its settlement, atomically.
 
 The hold, the status change and the settlement job commit in one transaction (the transactional
-outbox): a rollback leaves no hold and no job, a commit leaves both.
+outbox): a rollback leaves no hold and no job, a commit leaves both. A manual intent is confirmed
+into `requires_capture` with its hold and no job: its capture (capture.py) settles it.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ async def confirm_intent(
     """
     now = payments.clock()
     deadline_sec = payments.settings.intent_settle_deadline_sec
+    capture_window_sec = payments.settings.capture_window_sec
     hold_id = await resolve.hold_id_for(payments, intent_id)
     # The common case in one round trip: a created, unexpired intent is confirmed and locked by the
     # update itself. The rules below are checked on the updated row all the same, and a refusal rolls
@@ -76,16 +78,21 @@ async def confirm_intent(
         intent_id=intent_id,
         now=now,
         settle_deadline_at=now + timedelta(seconds=deadline_sec),
+        capture_deadline_at=now + timedelta(seconds=capture_window_sec),
         hold_id=hold_id,
     )
     if confirmed is None:
         return await _not_confirmable(payments, conn, caller, intent_id, now, pending)
     updated = check_visible(confirmed, caller, intent_id)
     channel = payments.channels.get(updated.channel)
-    transition(IntentStatus.CREATED, IntentStatus.CONFIRMED, expires=channel.expires)
+    transition(IntentStatus.CREATED, updated.status, expires=channel.expires, manual=updated.manual)
     assert updated.expires_at is None or now < updated.expires_at, "the update skips expired ones"
     payload = events.event_payload(updated)
-    if channel.settles_on_confirm:
+    if updated.manual:
+        # Held until the merchant captures (intents/capture.py) or the capture deadline voids it
+        # (reconcile.expire_due_captures): no settlement job.
+        assert channel.manual_capture, "create refuses manual capture on other channels"
+    elif channel.settles_on_confirm:
         await enqueue_settlement(payments, conn, intent_id)
     elif updated.channel in PAYOUT_CHANNELS:
         # The payout's PSP transaction (NEW) and its job commit with the hold, or neither does.
@@ -96,9 +103,12 @@ async def confirm_intent(
     # The hold comes last: it locks the payer's and a fee shard's account rows until the commit, and
     # every confirm and settlement of those accounts queues behind that lock, so the fewer statements
     # run while it is held the shorter the queue. A refused hold still rolls all of this back.
-    timeout_sec = (
-        deadline_sec + HOLD_TIMEOUT_MARGIN_SEC if channel.settles_on_confirm else PAYOUT_HOLD_TIMEOUT_SEC
-    )
+    if updated.manual:
+        timeout_sec = capture_window_sec + HOLD_TIMEOUT_MARGIN_SEC
+    elif channel.settles_on_confirm:
+        timeout_sec = deadline_sec + HOLD_TIMEOUT_MARGIN_SEC
+    else:
+        timeout_sec = PAYOUT_HOLD_TIMEOUT_SEC
     await resolve.hold(payments, conn, updated, hold_id, timeout_sec, savepoint=hold_savepoint)
     pending.published.append(payload)
     pending.notified.append(payload)
@@ -118,7 +128,8 @@ async def _not_confirmable(
     the caller learns it from the returned status)."""
     row = await get_intent(conn, caller, intent_id, lock=True)
     channel = payments.channels.get(row.channel)
-    transition(row.status, IntentStatus.CONFIRMED, expires=channel.expires)
+    wanted = IntentStatus.REQUIRES_CAPTURE if row.manual else IntentStatus.CONFIRMED
+    transition(row.status, wanted, expires=channel.expires, manual=row.manual)
     assert row.expires_at is not None, "a created intent that does not expire confirms"
     assert now >= row.expires_at, "a created, unexpired one confirms"
     expired = await finish(payments, conn, row, IntentStatus.EXPIRED, settled_by="confirm", reason=EXPIRED)

@@ -14,7 +14,13 @@ from paymanager.application.policies import use_cases as policies
 from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import FEE_SHARDS, AccountKind, Channel, Quote, SystemAccount
-from paymanager.domain.errors import CurrencyMismatchError, InvalidInputError, NotFoundError
+from paymanager.domain.errors import (
+    CaptureMethodNotAllowedError,
+    CurrencyMismatchError,
+    InvalidInputError,
+    NotFoundError,
+)
+from paymanager.domain.intents import CaptureMethod
 from paymanager.domain.money import positive
 
 
@@ -28,12 +34,18 @@ class IntentRequest:
     description: str | None = None
     metadata: dict[str, object] = field(default_factory=dict)
     expires_in_sec: int | None = None
+    capture_method: CaptureMethod = CaptureMethod.AUTOMATIC
 
 
 def quote(payments: Payments, caller: ServiceIdentity, channel_name: str, amount: int, code: str) -> Quote:
     channel = payments.channels.get(channel_name)
     channel.check_scope(caller.scopes)
     return channel.quote(positive(amount, code))
+
+
+def manual_capture_channels(payments: Payments) -> list[str]:
+    """The channels whose intents may be created with `capture_method=manual`."""
+    return [channel.name.value for channel in payments.channels if channel.manual_capture]
 
 
 def quote_view(q: Quote) -> dict[str, object]:
@@ -99,6 +111,11 @@ async def create_intent(
     channel.check_scope(caller.scopes)
     q = channel.quote(positive(request.amount, request.currency))
     code = request.currency
+    if request.capture_method is CaptureMethod.MANUAL and not channel.manual_capture:
+        raise CaptureMethodNotAllowedError(
+            f"channel {channel.name.value} does not allow capture_method manual",
+            {"channel": channel.name.value, "allowed": manual_capture_channels(payments)},
+        )
     given = [i for i in (request.payer_account_id, request.payee_account_id) if i is not None]
     # Both accounts and the policies in one round trip.
     store = IntentStore(conn)
@@ -154,6 +171,7 @@ async def create_intent(
             metadata=request.metadata,
             now=now,
             expires_at=expires_at,
+            capture_method=request.capture_method,
         )
     )
     # No NOTIFY: nothing can follow an intent over SSE before it exists. Redis subscribers (who may

@@ -60,8 +60,9 @@ class Pending:
 
 
 def event_payload(intent: Intent) -> Event:
-    """The event of one status change: enough to act on without reading the intent again."""
-    return {
+    """The event of one status change: enough to act on without reading the intent again (a manual
+    intent's also says what its capture posted)."""
+    payload: Event = {
         "type": f"intent.{intent.status.value}",
         "intent_id": str(intent.id),
         "status": intent.status.value,
@@ -72,6 +73,13 @@ def event_payload(intent: Intent) -> Event:
         "channel": intent.channel,
         "at": intent.updated_at.isoformat(),
     }
+    if intent.manual:
+        payload |= {
+            "capture_method": intent.capture_method.value,
+            "amount_captured": intent.amount_captured,
+            "fee_captured": intent.fee_captured,
+        }
+    return payload
 
 
 def notify_text(payload: Event) -> str:

@@ -1,7 +1,7 @@
 -- name: intent_insert
 INSERT INTO intent (id, service_id, channel, amount, fee, currency, payer_account_id, payee_account_id,
-                    fee_account_id, description, metadata, created_at, updated_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13)
+                    fee_account_id, description, metadata, created_at, updated_at, expires_at, capture_method)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13, $14)
 RETURNING *;
 
 -- name: intent_parties_and_policies
@@ -25,10 +25,13 @@ SELECT * FROM intent WHERE id = $1 FOR UPDATE;
 
 -- name: intent_confirm
 -- Confirms intent $1 at $2 if it is created and not past its expiry at $2, taking its row lock in the
--- same round trip; nothing otherwise (confirm_intent then decides under the lock, see there).
+-- same round trip; nothing otherwise (confirm_intent then decides under the lock, see there). A manual
+-- intent goes to requires_capture with its capture deadline $5, the others to confirmed with $3.
 UPDATE intent
-   SET status = 'confirmed', version = version + 1, confirmed_at = $2, updated_at = $2,
-       settle_deadline_at = $3, hold_id = $4
+   SET status = CASE capture_method WHEN 'manual' THEN 'requires_capture' ELSE 'confirmed' END,
+       version = version + 1, confirmed_at = $2, updated_at = $2,
+       settle_deadline_at = CASE capture_method WHEN 'manual' THEN $5::timestamptz ELSE $3::timestamptz END,
+       hold_id = $4
  WHERE id = $1 AND status = 'created' AND (expires_at IS NULL OR expires_at > $2)
 RETURNING *;
 
@@ -58,7 +61,7 @@ SELECT *
 SELECT coalesce(sum(amount), 0)::bigint
   FROM intent
  WHERE payer_account_id = $1 AND channel = $2 AND created_at >= $3
-   AND status IN ('created', 'confirmed', 'settled');
+   AND status IN ('created', 'confirmed', 'requires_capture', 'settled');
 
 -- name: intent_confirmed_batch
 -- Confirmed intents settled by the outbox (not those awaiting a PSP), oldest deadline first, after
@@ -83,19 +86,31 @@ SELECT *
 SELECT pg_notify($1, $2);
 
 -- name: intent_finish_settled
--- Ends a confirmed intent (status $3 -> $2 at $4, reason $5) and writes its settlement row (outcome
--- $6, by $7) in one statement; nothing when the intent is no longer in $3.
+-- Ends a confirmed (or uncaptured) intent (status $3 -> $2 at $4, reason $5) and writes its settlement
+-- row (outcome $6, by $7) in one statement; nothing when the intent is no longer in $3. A capture
+-- names what it posted ($8 of the amount, $9 of the fee), which the settlement records.
 WITH finished AS (
     UPDATE intent
-       SET status = $2, version = version + 1, finished_at = $4, updated_at = $4, failure_reason = $5
+       SET status = $2, version = version + 1, finished_at = $4, updated_at = $4, failure_reason = $5,
+           amount_captured = $8, fee_captured = $9
      WHERE id = $1 AND status = $3
     RETURNING *
 ), recorded AS (
     INSERT INTO settlement (intent_id, outcome, status, amount, fee, currency, settled_by, created_at)
-    SELECT id, $6, status, amount, fee, currency, $7, $4 FROM finished
+    SELECT id, $6, status, coalesce($8, amount), coalesce($9, fee), currency, $7, $4 FROM finished
     RETURNING intent_id
 )
 SELECT finished.* FROM finished JOIN recorded ON recorded.intent_id = finished.id;
+
+-- name: intent_capture_due
+-- Up to $2 manual intents still uncaptured past their capture deadline at $1, locked; rows a capture,
+-- a cancel or another sweep holds are skipped (they are being ended).
+SELECT *
+  FROM intent
+ WHERE status = 'requires_capture' AND settle_deadline_at <= $1
+ ORDER BY settle_deadline_at
+ LIMIT $2
+   FOR UPDATE SKIP LOCKED;
 
 -- name: intent_expire_due
 -- Expires up to $2 created invoices whose expires_at passed at $1, in one statement; rows another

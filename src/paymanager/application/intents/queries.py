@@ -11,7 +11,7 @@ from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import ChannelName
 from paymanager.domain.errors import NotFoundError
-from paymanager.domain.intents import IntentStatus
+from paymanager.domain.intents import CaptureMethod, IntentStatus
 
 LIST_LIMIT_MAX = 100
 
@@ -27,6 +27,8 @@ def intent_view(intent: Intent) -> dict[str, object]:
         awaiting = "psp"
     elif intent.status is IntentStatus.CONFIRMED:
         awaiting = "settlement"
+    elif intent.status is IntentStatus.REQUIRES_CAPTURE:
+        awaiting = "capture"
     return {
         "id": str(intent.id),
         "channel": intent.channel,
@@ -48,7 +50,29 @@ def intent_view(intent: Intent) -> dict[str, object]:
         "confirmed_at": _iso(intent.confirmed_at),
         "settle_deadline_at": _iso(intent.settle_deadline_at),
         "finished_at": _iso(intent.finished_at),
+        **capture_view(intent),
     }
+
+
+# Shown since manual capture came; a response stored before that had none of them (see `legacy_view`).
+CAPTURE_FIELDS = ("capture_method", "amount_captured", "fee_captured")
+
+
+def capture_view(intent: Intent) -> dict[str, object]:
+    return {
+        "capture_method": intent.capture_method.value,
+        "amount_captured": intent.amount_captured,
+        "fee_captured": intent.fee_captured,
+    }
+
+
+def legacy_view(body: dict[str, object]) -> dict[str, object] | None:
+    """An automatic intent's view as responses showed it before manual capture existed (without the
+    capture fields), so an Idempotency-Key stored then still replays its first response; None for a
+    manual intent, which has no such past."""
+    if body.get("capture_method") != CaptureMethod.AUTOMATIC.value:
+        return None
+    return {key: value for key, value in body.items() if key not in CAPTURE_FIELDS}
 
 
 def view_at(intent: Intent, version: int) -> Intent | None:
@@ -56,7 +80,8 @@ def view_at(intent: Intent, version: int) -> Intent | None:
 
     Only status changes move the version, each setting its own columns (intents.sql): created (1)
     has none of them; a confirm (2) sets `confirmed_at` (its `updated_at`), `settle_deadline_at` and
-    `hold_id`; an end sets `finished_at` (its `updated_at`) and `failure_reason`. Every other column
+    `hold_id`; an end sets `finished_at` (its `updated_at`) and `failure_reason` (a capture also
+    `amount_captured` and `fee_captured`). Every other column
     is written once, at create. A replayed Idempotency-Key answers from this (the body's digest,
     kept with the key, checks the rebuilt body)."""
     if version == intent.version:
@@ -65,11 +90,13 @@ def view_at(intent: Intent, version: int) -> Intent | None:
         return dataclasses.replace(
             intent, status=IntentStatus.CREATED, version=1, updated_at=intent.created_at, hold_id=None,
             confirmed_at=None, settle_deadline_at=None, finished_at=None, failure_reason=None,
+            amount_captured=None, fee_captured=None,
         )  # fmt: skip
     if version == 2 and intent.version == 3 and intent.confirmed_at is not None:
+        held = IntentStatus.REQUIRES_CAPTURE if intent.manual else IntentStatus.CONFIRMED
         return dataclasses.replace(
-            intent, status=IntentStatus.CONFIRMED, version=2, updated_at=intent.confirmed_at,
-            finished_at=None, failure_reason=None,
+            intent, status=held, version=2, updated_at=intent.confirmed_at,
+            finished_at=None, failure_reason=None, amount_captured=None, fee_captured=None,
         )  # fmt: skip
     return None
 

@@ -1,5 +1,7 @@
 """The start-up reconciler: confirmed intents left without a live settlement job, or past their
-deadline, are re-enqueued or failed, and each is logged.
+deadline, are re-enqueued or failed, and each is logged. Manual intents awaiting their capture are
+never settled here (only a capture settles them); those past their capture deadline are expired, their
+holds voided, as the invoice-expiry sweep also does.
 
 Re-enqueueing uses the settlement job's unique key, so an intent whose job is still queued or
 running is left alone (the enqueue finds the live job), and running the reconciler on many
@@ -15,6 +17,7 @@ from datetime import UTC, datetime
 from paymanager.application.context import Payments
 from paymanager.application.holds import resolve
 from paymanager.application.intents import events
+from paymanager.application.intents.capture import CAPTURE_DEADLINE_PASSED
 from paymanager.application.intents.confirm import enqueue_settlement
 from paymanager.application.intents.settle import DEADLINE_PASSED, EXPIRED, finish, publish
 from paymanager.application.intents.store import IntentStore
@@ -33,12 +36,14 @@ class ReconcileReport:
     reenqueued: int = 0
     failed: int = 0
     expired: int = 0
+    captures_expired: int = 0
 
 
 async def reconcile(payments: Payments, *, batch_size: int, max_intents: int) -> ReconcileReport:
     """Walk confirmed intents in deadline order, at most `max_intents` of them, `batch_size` at a time."""
     report = ReconcileReport()
     await expire_due_invoices(payments, batch_size=batch_size, max_intents=max_intents, report=report)
+    await expire_due_captures(payments, batch_size=batch_size, max_intents=max_intents, report=report)
     cursor = _START
     while report.examined < max_intents:
         async with payments.pool.acquire() as conn:
@@ -54,7 +59,8 @@ async def reconcile(payments: Payments, *, batch_size: int, max_intents: int) ->
         cursor = (rows[-1].settle_deadline_at, rows[-1].id)
     await reconcile_payouts(payments, batch_size=batch_size)
     log.info("reconciled stuck intents", examined=report.examined, reenqueued=report.reenqueued,
-             failed=report.failed, expired=report.expired)  # fmt: skip
+             failed=report.failed, expired=report.expired,
+             captures_expired=report.captures_expired)  # fmt: skip
     return report
 
 
@@ -109,4 +115,37 @@ async def expire_due_invoices(
         for row in rows:
             await publish(payments, events.event_payload(row))
         if len(rows) < batch_size:
+            return
+
+
+async def expire_due_captures(
+    payments: Payments, *, batch_size: int, max_intents: int, report: ReconcileReport
+) -> None:
+    """Manual intents still uncaptured past their capture deadline become expired, their holds voided
+    through `finish` (so on TigerBeetle through the decision step: a capture decided first wins).
+    One transaction per batch of rows locked with SKIP LOCKED (a capture or cancel holding one is
+    ending it); each intent in a savepoint, so one the ledger refuses is logged and left for the next
+    sweep without holding up the others."""
+    settled_by = f"capture-expiry:{payments.process_id}"
+    while report.captures_expired < max_intents:
+        ended: list[events.Event] = []
+        async with payments.pool.acquire() as conn, conn.transaction():
+            rows = await IntentStore(conn).capture_due_lock(now=payments.clock(), limit=batch_size)
+            for row in rows:
+                try:
+                    async with conn.transaction():
+                        updated = await finish(
+                            payments, conn, row, IntentStatus.EXPIRED, settled_by=settled_by,
+                            reason=CAPTURE_DEADLINE_PASSED,
+                        )  # fmt: skip
+                except Exception as exc:
+                    log.error(
+                        "an uncaptured hold could not be voided", intent_id=str(row.id), error=repr(exc)
+                    )
+                    continue
+                ended.append(events.event_payload(updated))
+        report.captures_expired += len(ended)
+        for payload in ended:
+            await publish(payments, payload)
+        if len(rows) < batch_size or not ended:
             return

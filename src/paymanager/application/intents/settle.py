@@ -24,8 +24,9 @@ from paymanager.application.holds import resolve
 from paymanager.application.intents import events
 from paymanager.application.intents.store import Intent, IntentStore, Settled
 from paymanager.db.pool import Conn
+from paymanager.domain.capture import Capture
 from paymanager.domain.errors import DomainError
-from paymanager.domain.intents import IntentStatus, SettlementOutcome, transition
+from paymanager.domain.intents import HOLDING, IntentStatus, SettlementOutcome, transition
 from paymanager.jobs import JobContext, PermanentError
 from paymanager.jobs.batch import SharedTransactions
 from paymanager.logging import get_logger
@@ -44,21 +45,25 @@ async def finish(
     *,
     settled_by: str,
     reason: str | None = None,
+    capture: Capture | None = None,
 ) -> Intent:
-    """Move a locked, confirmed (or created) intent to `target`, resolving its holds; returns it.
+    """Move a locked intent (confirmed, awaiting its capture, or created) to `target`, resolving its
+    holds; returns it. `capture` posts that part of the hold (a manual intent's capture) and releases
+    the rest; the intent and its settlement row record it.
 
     The holds go through the ledger-decision step (holds/resolve.py), on either backend. On
     TigerBeetle an earlier decision wins: a cancel after a decided post answers invalid_transition,
-    and an intent whose void was decided ends as that decision says."""
+    and an intent whose void was decided ends as that decision says (a decided capture, with the
+    amount it decided)."""
     channel = payments.channels.get(row.channel)
-    transition(row.status, target, expires=channel.expires)
+    transition(row.status, target, expires=channel.expires, manual=row.manual)
     now = payments.clock()
     store = IntentStore(conn)
-    if row.status is IntentStatus.CONFIRMED:
+    if row.status in HOLDING:
         if target is IntentStatus.CANCELLED:
-            resolve.refuse_undoing(await resolve.decision_of(payments, conn, row.id), target)
+            resolve.refuse_undoing(await resolve.decision_of(payments, conn, row.id), target, row.status)
         (resolved,) = await resolve.resolve_holds(
-            payments, conn, [resolve.Plan(row, target, reason)], decided_by=settled_by
+            payments, conn, [resolve.Plan(row, target, reason, capture)], decided_by=settled_by
         )
         if isinstance(resolved, Exception):
             raise resolved
@@ -70,6 +75,7 @@ async def finish(
         updated = await store.finish_settled(
             intent_id=row.id, status=target, from_status=row.status, now=now, reason=reason,
             outcome=outcome.value, settled_by=settled_by,
+            captured=resolved.capture if outcome is SettlementOutcome.POSTED else None,
         )  # fmt: skip
     else:
         # A confirm lost between TigerBeetle's hold and its commit left a hold: release it now.

@@ -16,8 +16,9 @@ import asyncpg
 from paymanager.application.policies.store import policy_from_json
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
+from paymanager.domain.capture import Capture
 from paymanager.domain.channels import AccountKind
-from paymanager.domain.intents import IntentStatus
+from paymanager.domain.intents import CaptureMethod, IntentStatus
 from paymanager.domain.policies import Policy
 
 Q = load_queries("paymanager.application.intents", "intents.sql")
@@ -48,6 +49,14 @@ class Intent:
     confirmed_at: datetime | None
     settle_deadline_at: datetime | None
     finished_at: datetime | None
+    capture_method: CaptureMethod = CaptureMethod.AUTOMATIC
+    # What a capture posted of the hold (manual intents, once settled).
+    amount_captured: int | None = None
+    fee_captured: int | None = None
+
+    @property
+    def manual(self) -> bool:
+        return self.capture_method is CaptureMethod.MANUAL
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Intent:
@@ -73,6 +82,9 @@ class Intent:
             confirmed_at=row["confirmed_at"],
             settle_deadline_at=row["settle_deadline_at"],
             finished_at=row["finished_at"],
+            capture_method=CaptureMethod(row["capture_method"]),
+            amount_captured=row["amount_captured"],
+            fee_captured=row["fee_captured"],
         )
 
 
@@ -93,6 +105,7 @@ class NewIntent:
     metadata: dict[str, object]
     now: datetime
     expires_at: datetime | None
+    capture_method: CaptureMethod = CaptureMethod.AUTOMATIC
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +159,7 @@ class IntentStore:
         row = await self._conn.fetchrow(
             Q["intent_insert"], new.id, new.service_id, new.channel, new.amount, new.fee, new.currency,
             new.payer_account_id, new.payee_account_id, new.fee_account_id, new.description, new.metadata,
-            new.now, new.expires_at,
+            new.now, new.expires_at, new.capture_method.value,
         )  # fmt: skip
         assert row is not None, "an insert without a conflict clause returns its row"
         return Intent.from_row(row)
@@ -171,11 +184,20 @@ class IntentStore:
         return _one(await self._conn.fetchrow(Q["intent_lock" if lock else "intent_get"], intent_id))
 
     async def confirm(
-        self, *, intent_id: uuid.UUID, now: datetime, settle_deadline_at: datetime, hold_id: uuid.UUID
+        self,
+        *,
+        intent_id: uuid.UUID,
+        now: datetime,
+        settle_deadline_at: datetime,
+        capture_deadline_at: datetime,
+        hold_id: uuid.UUID,
     ) -> Intent | None:
-        """Confirmed and locked; None when the intent is unknown, not created, or past its expiry."""
+        """Confirmed (a manual intent: requires_capture, its deadline `capture_deadline_at`) and locked;
+        None when the intent is unknown, not created, or past its expiry."""
         return _one(
-            await self._conn.fetchrow(Q["intent_confirm"], intent_id, now, settle_deadline_at, hold_id)
+            await self._conn.fetchrow(
+                Q["intent_confirm"], intent_id, now, settle_deadline_at, hold_id, capture_deadline_at
+            )
         )
 
     async def finish(
@@ -203,11 +225,13 @@ class IntentStore:
         reason: str | None,
         outcome: str,
         settled_by: str,
+        captured: Capture | None = None,
     ) -> Intent | None:
-        """`finish` and the settlement row, in one statement."""
+        """`finish` and the settlement row, in one statement; `captured`: what a capture posted (the
+        settlement row records it instead of the whole amount and fee)."""
         row = await self._conn.fetchrow(
             Q["intent_finish_settled"], intent_id, status.value, from_status.value, now, reason, outcome,
-            settled_by,
+            settled_by, captured.amount if captured else None, captured.fee if captured else None,
         )  # fmt: skip
         return _one(row)
 
@@ -264,6 +288,12 @@ class IntentStore:
         """Confirmed intents the outbox settles, by deadline then id, after the cursor `after`."""
         rows = await self._conn.fetch(Q["intent_confirmed_batch"], after[0], after[1], limit)
         return [ConfirmedRef(row["id"], row["settle_deadline_at"]) for row in rows]
+
+    async def capture_due_lock(self, *, now: datetime, limit: int) -> list[Intent]:
+        """Manual intents whose capture deadline passed at `now`, still uncaptured, locked (rows locked
+        elsewhere, by a capture or a cancel, are skipped)."""
+        rows = await self._conn.fetch(Q["intent_capture_due"], now, limit)
+        return [Intent.from_row(row) for row in rows]
 
     async def expire_due(self, *, now: datetime, limit: int, reason: str) -> list[Intent]:
         """Created invoices past `expires_at`, expired (rows locked elsewhere are skipped)."""

@@ -78,12 +78,15 @@ async def create_refund(
             "refunds of PSP payouts are not supported yet", {"channel": intent.channel}
         )
     store = RefundStore(conn)
-    settled = await store.settled_amount(intent_id=intent.id)
-    if settled is None:
+    found = await store.settled(intent_id=intent.id)
+    if found is None:
         raise IntentNotSettledError(
             "only a settled intent can be refunded",
             {"intent_id": str(intent.id), "status": intent.status.value},
         )
+    # A partially captured intent refunds at most what its capture posted, and its fee rule applies
+    # to the fee posted with it.
+    settled, settled_fee = found
     refunded, _ = await store.totals(intent_id=intent.id)
     left = refundable(settled, refunded)
     amount = left if wanted.amount is None else wanted.amount
@@ -98,7 +101,7 @@ async def create_refund(
     if len(await store.list_for(intent_id=intent.id, limit=REFUNDS_PER_INTENT_MAX)) >= REFUNDS_PER_INTENT_MAX:
         raise InvalidInputError("too many refunds of one intent", {"max": REFUNDS_PER_INTENT_MAX})
     fee = fee_to_refund(
-        intent.channel, amount=settled, fee=intent.fee, refunded_before=refunded, refund=amount
+        intent.channel, amount=settled, fee=settled_fee, refunded_before=refunded, refund=amount
     )
     refund = await store.insert(
         NewRefund(

@@ -71,9 +71,11 @@ class RefundStore:
         assert row is not None
         return int(row["amount"]), int(row["fee"])
 
-    async def settled_amount(self, *, intent_id: uuid.UUID) -> int | None:
-        value: int | None = await self._conn.fetchval(Q["refund_settled_amount"], intent_id)
-        return value
+    async def settled(self, *, intent_id: uuid.UUID) -> tuple[int, int] | None:
+        """The amount and fee the intent settled with (a captured intent: what its capture posted), or
+        None when it did not settle."""
+        row = await self._conn.fetchrow(Q["refund_settled"], intent_id)
+        return None if row is None else (int(row["amount"]), int(row["fee"]))
 
     async def get(self, *, refund_id: uuid.UUID, lock: bool = False) -> Refund | None:
         row = await self._conn.fetchrow(Q["refund_lock" if lock else "refund_get"], refund_id)

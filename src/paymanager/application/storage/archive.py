@@ -42,7 +42,7 @@ def partition_suffix(month: str) -> str:
     return "p_before" if month == "before" else "p" + month.replace("-", "_")
 
 
-_UNFINISHED = "status IN ('created', 'confirmed')"
+_UNFINISHED = "status IN ('created', 'confirmed', 'requires_capture')"
 _PENDING = "flags & 2 <> 0 AND id IN (SELECT p.id FROM ledger_pending AS p WHERE p.state = 'pending')"
 
 

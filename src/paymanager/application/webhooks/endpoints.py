@@ -22,7 +22,10 @@ ENDPOINTS_PER_SERVICE_MAX = 50
 LIST_LIMIT_MAX = 200
 # Event types a subscription may name ('*' is every type).
 EVENT_TYPES = frozenset(
-    {f"intent.{s}" for s in ("created", "confirmed", "settled", "failed", "cancelled", "expired")}
+    {
+        f"intent.{s}"
+        for s in ("created", "confirmed", "requires_capture", "settled", "failed", "cancelled", "expired")
+    }
     | {f"refund.{s}" for s in ("pending", "succeeded", "failed")}
     | {f"session.{s}" for s in ("completed", "failed", "expired", "cancelled")}
     | {"*"}
