@@ -7,12 +7,14 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import orjson
 
 from paymanager.jobs import OUTBOX_SCHEDULE
 from paymanager.jobs.admin import pause_queue, resume_queue
 from paymanager.jobs.maintenance import Maintenance
 from paymanager.webhooks import SIGNATURE_HEADER, parse_header
 from tests.integration.webhooks.conftest import Hooks, start_hooks, stop_hooks
+from tests.support.intent_flows import confirmed_manual
 from tests.support.waiting import wait_until
 
 
@@ -61,6 +63,29 @@ async def test_every_status_change_is_delivered_signed_and_logged(hooks: Hooks) 
         next(r.event_id for r in received if r.type == "intent.settled"),
     )
     assert f'"intent_id": "{intent_id}"' in body
+
+
+async def test_a_partial_capture_is_announced_with_what_it_captured(hooks: Hooks) -> None:
+    endpoint_id, _ = await hooks.endpoint("/captured", types=["intent.settled"])
+    payer = await hooks.shop.open_account()
+    payee = await hooks.shop.open_account()
+    funding = await hooks.admin.fund(payer, 10_000)
+    await hooks.wait_status(funding["id"], "settled")
+    view = await confirmed_manual(hooks.shop, payer, payee, 1_000)
+    captured = await hooks.shop.post(f"/intents/{view['id']}/capture", {"amount": 600})
+    assert captured.status_code == 200, captured.text
+
+    await hooks.wait_finished(endpoint_id, 1)
+    [event] = hooks.receiver.received_on("/captured")
+    body = await hooks.pool.fetchval("SELECT body FROM webhook_event WHERE id = $1", event.event_id)
+    data = orjson.loads(body)["data"]
+    assert (data["status"], data["capture_method"], data["amount"], data["fee"]) == (
+        "settled",
+        "manual",
+        1_000,
+        5,
+    )
+    assert (data["amount_captured"], data["fee_captured"]) == (600, 3)
 
 
 async def test_only_subscribed_types_reach_an_endpoint(hooks: Hooks) -> None:
