@@ -142,10 +142,12 @@ class Completer:
         written = [ctx for ctx, _ in completions] + [ctx for ctx, _ in failures]
         self._pending.difference_update(ctx.lease_token for ctx in written)
         self._forget(written)
-        if events:
-            await self._events.publish(events, notify_completed=False)
+        # The dead jobs' hook (the error line operators alert on) before the events: a stop that
+        # cancels this flush while it publishes then loses only events, which are best-effort.
         for ctx, error in dead:
             await self._run_dead_hook(ctx, error)
+        if events:
+            await self._events.publish(events, notify_completed=False)
 
     async def _write(self, statement: Callable[[], Awaitable[None]]) -> None:
         for attempt in range(1, WRITE_TRIES_MAX + 1):

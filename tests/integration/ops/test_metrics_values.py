@@ -76,7 +76,8 @@ async def test_a_run_moves_the_job_series_and_the_gauges_hold_the_counts(
                 n = await pool.fetchval(
                     "SELECT count(*) FROM job WHERE queue = $1 AND state IN ('completed', 'dead')", queue
                 )
-                return n == 4 and value("paymanager_jobs_dead_total", queue=queue) == 1
+                dead_logged = any(line.get("event") == "job dead" for line in logs)
+                return n == 4 and value("paymanager_jobs_dead_total", queue=queue) == 1 and dead_logged
 
             await wait_until(finished)
         finally:
