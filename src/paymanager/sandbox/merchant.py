@@ -201,7 +201,10 @@ class MerchantReceiver:
         sock.listen(1024)
         sock.setblocking(False)
         bound = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        # A receiver that hangs on purpose holds its requests open: shutting down must not wait for them.
+        config = uvicorn.Config(
+            self.app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+        )
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:
