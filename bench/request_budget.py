@@ -59,6 +59,8 @@ from tests.support.processes import PaymanagerProcess  # noqa: E402
 from paymanager.application.services.use_cases import REQUESTS_PER_SEC_MAX, set_rate_limit  # noqa: E402
 
 MONITOR_APP = "bench-budget"
+# Settings of every variant (--track-planning adds pg_stat_statements.track_planning).
+BASE_SETTINGS: dict[str, str] = {}
 WARMUP_S = 3.0
 # Statements of this script (the settled count it polls, the readings themselves): not the system's.
 OWN_STATEMENTS = ("pg_stat_statements", "pg_stat_activity", "count(*) FROM intent", "ALTER DATABASE")
@@ -116,9 +118,10 @@ async def read(
         elif row["ours"] and row["client_port"] in worker_ports:
             cpu["PostgreSQL, the workers' backends"] += _process_cpu_s(row["pid"])
     statements = {
-        (r["queryid"], r["userid"], r["toplevel"]): (r["query"], r["calls"], r["total_exec_time"])
+        (r["queryid"], r["userid"], r["toplevel"]): (r["query"], r["calls"], r["total_time"])
         for r in await monitor.fetch(
-            "SELECT queryid, userid, toplevel, query, calls, total_exec_time FROM pg_stat_statements"
+            "SELECT queryid, userid, toplevel, query, calls, total_exec_time + total_plan_time AS total_time"
+            " FROM pg_stat_statements"
             " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
     }
@@ -158,7 +161,7 @@ async def one_window(s: Setup, url: str, variant: Variant, n_api: int, rate: int
     try:
         database = url.rsplit("/", 1)[1]
         await monitor.execute(f'ALTER DATABASE "{database}" RESET ALL')
-        for name, value in variant.settings.items():
+        for name, value in {**BASE_SETTINGS, **variant.settings}.items():
             await monitor.execute(f'ALTER DATABASE "{database}" SET {name} = {value}')
         apis = [start_api(url, variant.pythonpath) for _ in range(n_api)]
         procs = workers(url, 2)
@@ -233,8 +236,8 @@ def show(variant: str, windows: list[Window], top_n: int) -> None:
         print(f"   CPU ms per request  {name:36s} {value:6.3f}")
     print(f"   CPU ms per request  {'total':36s} {total:6.3f}")
     print(f"   statements per request {statistics.median(w.statements_per_request for w in windows):.2f},"
-          f" server execution {statistics.median(w.server_ms_per_request for w in windows):.3f}"
-          " ms per request")  # fmt: skip
+          " server time (execution, + planning when tracked)"
+          f" {statistics.median(w.server_ms_per_request for w in windows):.3f} ms per request")  # fmt: skip
     print("   top statements (last window): calls/req  mean us  us/req  statement")
     for query, per_req, mean_us, us_req in windows[-1].top[:top_n]:
         print(f"   {per_req:9.2f} {mean_us:8.0f} {us_req:7.0f}  {query}")
@@ -253,7 +256,11 @@ async def main() -> None:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=SETTING=VALUE",
                         help="Also run with a database-level setting,"
                         " e.g. custom=plan_cache_mode=force_custom_plan.")  # fmt: skip
+    parser.add_argument("--track-planning", action="store_true",
+                        help="Count planning in each statement's server time (every variant).")  # fmt: skip
     args = parser.parse_args()
+    if args.track_planning:
+        BASE_SETTINGS["pg_stat_statements.track_planning"] = "on"
     variants = [Variant("this tree")]
     for spec in args.variant:
         name, setting, value = spec.split("=", 2)
