@@ -33,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +43,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.http_load import intents_open_loop  # noqa: E402
+from bench.http_load import OpenLoopResult, intents_open_loop  # noqa: E402
 from bench.intents import (  # noqa: E402
     Setup,
     drop_database,
@@ -154,6 +155,36 @@ class Window:
     load: float
     p50_ms: float
     p99_ms: float
+    waits: Counter[str]
+
+
+WAIT_SAMPLE_S = 0.02
+
+
+async def sample_waits(url: str, apis: list[PaymanagerProcess], stop: asyncio.Event) -> Counter[str]:
+    """What the api's backends are doing while a statement of theirs runs, sampled every
+    WAIT_SAMPLE_S until `stop`: `running`, or the wait event with the statement's first words."""
+    ports = set().union(*(_client_ports(p) for p in apis))
+    seen: Counter[str] = Counter()
+    conn = await asyncpg.connect(url, server_settings={"application_name": MONITOR_APP})
+    try:
+        while not stop.is_set():
+            for row in await conn.fetch(
+                "SELECT client_port, wait_event_type, wait_event, left(query, 40) AS query"
+                " FROM pg_stat_activity WHERE datname = current_database() AND state = 'active'"
+                " AND pid <> pg_backend_pid()"
+            ):
+                if row["client_port"] not in ports:
+                    continue
+                if row["wait_event_type"] is None:
+                    seen["running"] += 1
+                else:
+                    what = " ".join(row["query"].split())
+                    seen[f"{row['wait_event_type']}:{row['wait_event']} in {what}"] += 1
+            await asyncio.sleep(WAIT_SAMPLE_S)
+    finally:
+        await conn.close()
+    return seen
 
 
 async def one_window(s: Setup, url: str, variant: Variant, n_api: int, rate: int, seconds: float) -> Window:
@@ -175,7 +206,17 @@ async def one_window(s: Setup, url: str, variant: Variant, n_api: int, rate: int
             before_settled = await settled(monitor)
             before = await read(monitor, [p for _, p in apis], procs)
             load = os.getloadavg()[0]
-            r = await intents_open_loop(ports, s.shop.id, s.shop_secret, pairs, rate, seconds)
+            stop_sampling = asyncio.Event()
+
+            async def load_then_stop() -> OpenLoopResult:
+                try:
+                    return await intents_open_loop(ports, s.shop.id, s.shop_secret, pairs, rate, seconds)
+                finally:
+                    stop_sampling.set()
+
+            waits, r = await asyncio.gather(
+                sample_waits(url, [p for _, p in apis], stop_sampling), load_then_stop()
+            )
             done = before_settled + r.warmup_intents + r.intents
             await wait_settled(monitor, done)
             after = await read(monitor, [p for _, p in apis], procs)
@@ -209,6 +250,7 @@ async def one_window(s: Setup, url: str, variant: Variant, n_api: int, rate: int
         load,
         r.p50_ms,
         r.p99_ms,
+        waits,
     )
 
 
@@ -238,6 +280,10 @@ def show(variant: str, windows: list[Window], top_n: int) -> None:
     print(f"   statements per request {statistics.median(w.statements_per_request for w in windows):.2f},"
           " server time (execution, + planning when tracked)"
           f" {statistics.median(w.server_ms_per_request for w in windows):.3f} ms per request")  # fmt: skip
+    waits = windows[-1].waits
+    print(f"   the api's active backends, {sum(waits.values())} samples (last window):")
+    for what, n in waits.most_common(6):
+        print(f"   {100 * n / max(sum(waits.values()), 1):5.1f}%  {what}")
     print("   top statements (last window): calls/req  mean us  us/req  statement")
     for query, per_req, mean_us, us_req in windows[-1].top[:top_n]:
         print(f"   {per_req:9.2f} {mean_us:8.0f} {us_req:7.0f}  {query}")
