@@ -45,6 +45,30 @@ async def test_missing_migration_is_refused_with_the_migrate_hint(conn: asyncpg.
         await migrations.check_schema(conn)
 
 
+async def test_missing_migrations_names_the_unapplied_ones_in_one_statement(conn: asyncpg.Connection) -> None:
+    newest = migrations.available_migrations()[-1]
+    await conn.execute("DELETE FROM schema_migrations WHERE version = $1", newest.version)
+    statements: list[str] = []
+    conn.add_query_logger(lambda record: statements.append(record.query))
+    assert await migrations.missing_migrations(conn) == [newest]
+    await asyncio.sleep(0)  # asyncpg hands each record to the logger with call_soon
+    assert len(statements) == 1  # /readyz runs this on every probe
+
+
+async def test_missing_migrations_of_an_empty_database_are_all_of_them(
+    database_factory: DatabaseFactory,
+) -> None:
+    url = await database_factory.create_empty()
+    try:
+        conn = await asyncpg.connect(url)
+        try:
+            assert await migrations.missing_migrations(conn) == migrations.available_migrations()
+        finally:
+            await conn.close()
+    finally:
+        await database_factory.drop(url)
+
+
 # --- checksums, status, dry run -------------------------------------------------------------------
 
 CHECKSUMS_VERSION = 610

@@ -72,13 +72,8 @@ def create_app(components: Components) -> FastAPI:
         redoc_url=None,
     )
     _serve_redoc(app)
-    app.add_middleware(HttpMetricsMiddleware)
-    if tracing.enabled():
-        # Imported here: with tracing off the request path has no tracing code at all.
-        from paymanager.api.http_tracing import HttpTracingMiddleware
-
-        app.add_middleware(HttpTracingMiddleware)  # outermost: the access log line is inside the span
-
+    # With tracing on, the same layer opens the request's span: the access log line is inside it.
+    app.add_middleware(HttpMetricsMiddleware, traced=tracing.enabled())
     app.add_middleware(PagesPolicyMiddleware)
 
     app.state.components = components

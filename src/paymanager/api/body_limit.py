@@ -25,9 +25,19 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers", [])).get(b"content-length")
+        declared: bytes | None = None
+        chunked = False
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                declared = value
+            elif name == b"transfer-encoding":
+                chunked = True
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             await self._refuse(scope, receive, send)
+            return
+        if declared is not None and not chunked:
+            # The server frames the body by its declared length, within the limit: nothing to count.
+            await self.app(scope, receive, send)
             return
         seen = 0
         started = False

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 
+import asyncpg
+
 from paymanager.db.pool import Conn
 
 MIGRATIONS_PACKAGE = "paymanager.db.versions"
@@ -141,7 +143,14 @@ async def applied_migrations(conn: Conn) -> dict[int, AppliedMigration]:
 
 
 async def applied_versions(conn: Conn) -> set[int]:
-    return set(await applied_migrations(conn))
+    """The versions applied, in one statement (/readyz asks every few seconds, on every replica);
+    none before the first migration made the table. Outside a transaction: a missing table's error
+    would abort one."""
+    try:
+        rows = await conn.fetch("SELECT version FROM schema_migrations")
+    except asyncpg.UndefinedTableError:
+        return set()
+    return {row["version"] for row in rows}
 
 
 def changed_migrations(applied: dict[int, AppliedMigration]) -> list[Migration]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import orjson
@@ -151,6 +152,20 @@ async def test_body_over_the_limit_answers_413(api: Api) -> None:
     body = b"x" * (api.payments.settings.api_max_body_bytes + 1)
     headers = api.client.headers_for("POST", "/accounts", body) | {"Idempotency-Key": "big"}
     response = await api.http.post("/accounts", content=body, headers=headers)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+
+
+async def test_chunked_body_over_the_limit_answers_413(api: Api) -> None:
+    """No Content-Length to refuse up front: the body is counted as it arrives."""
+    body = b"x" * (api.payments.settings.api_max_body_bytes + 1)
+    headers = api.client.headers_for("POST", "/accounts", body) | {"Idempotency-Key": "big-chunked"}
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(body), 4096):
+            yield body[start : start + 4096]
+
+    response = await api.http.post("/accounts", content=chunks(), headers=headers)
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "payload_too_large"
 
