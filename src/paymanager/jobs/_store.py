@@ -404,6 +404,8 @@ class QueueSettings:
     rate_max: int | None
     rate_window_ms: int | None
     concurrency_max: int | None
+    # A `waiting` event per job that becomes available (migration 0112).
+    waiting_events: bool
     # Set while a pause asked by a handler (RateLimitedError) runs.
     rate_paused_until: datetime | None
 
@@ -416,6 +418,7 @@ class QueueSettings:
             rate_max=row["rate_max"],
             rate_window_ms=row["rate_window_ms"],
             concurrency_max=row["concurrency_max"],
+            waiting_events=row["waiting_events"],
             rate_paused_until=row["rate_paused_until"],
         )
 

@@ -568,7 +568,7 @@ INSERT INTO job_queue (name, max_depth) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET max_depth = EXCLUDED.max_depth, updated_at = now()
 
 -- name: job_queue_list
-SELECT name, paused, max_depth, rate_max, rate_window_ms, concurrency_max,
+SELECT name, paused, max_depth, rate_max, rate_window_ms, concurrency_max, waiting_events,
        CASE WHEN rate_paused_until > now() THEN rate_paused_until END AS rate_paused_until
   FROM job_queue ORDER BY name
 
