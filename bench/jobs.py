@@ -80,6 +80,9 @@ PIPELINE = int(os.environ.get("BENCH_PIPELINE", "2"))
 NOTIFY_COMPLETED = os.environ.get("BENCH_NOTIFY_COMPLETED", "1") == "1"
 # BENCH_QUICK_CLAIM=0: every claim waits for its WAL flush (WorkerOptions.quick_claim_commit off).
 QUICK_CLAIM = os.environ.get("BENCH_QUICK_CLAIM", "1") == "1"
+# BENCH_DELETE_COMPLETED=1: completed jobs are deleted as they complete (WorkerOptions.delete_completed),
+# as PGQueuer does; off (as the engine's default), they stay for retention to prune.
+DELETE_COMPLETED = os.environ.get("BENCH_DELETE_COMPLETED", "0") == "1"
 # The event loop of worker processes and of the latency producer (set by --loop).
 LOOP = os.environ.get("BENCH_LOOP", "uvloop")
 FIGURES = ("bulk", "proc1", "proc2", "single", "latency", "floor")
@@ -374,6 +377,7 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
         claim_pipeline=PIPELINE,
         notify_completed_events=NOTIFY_COMPLETED,
         quick_claim_commit=QUICK_CLAIM,
+        delete_completed=DELETE_COMPLETED,
     )
     worker = Worker(pool, dsn, registry, queues, options)
     print("ready", flush=True)
@@ -400,7 +404,7 @@ async def floor_worker(dsn: str, mode: str) -> dict[str, Any]:
     for conn in conns:
         await init_connection(conn)
         await conn.fetch(Q["job_session_generic_plans"])
-    claim = Q["job_claim_batch"]
+    claim = Q["job_claim_batch_deleting" if DELETE_COMPLETED else "job_claim_batch"]
 
     async def loop(conn: asyncpg.Connection) -> None:
         ids: list[int] = []
@@ -681,6 +685,7 @@ def bench(args: argparse.Namespace) -> None:
             f"# job engine benchmark: {n} jobs, concurrency {CONCURRENCY} per worker process "
             f"(PGQueuer batch {PGQ_BATCH}), {args.rounds} interleaved rounds, median shown; "
             f"workers on {os.environ['BENCH_LOOP']}; PostgreSQL at {urlsplit(SERVER).netloc}"
+            + ("; paymanager deletes completed jobs" if DELETE_COMPLETED else "")
             + (
                 "; paymanager's processing also with a rate-limited and a globally limited queue beside"
                 if args.beside_limited

@@ -78,6 +78,8 @@ class ClaimParams:
     completions: Sequence[Completion] = ()
     # Publish `completed` events for the completions (a NOTIFY per 25).
     notify_completed: bool = True
+    # The completions delete their jobs' rows (job_claim_batch_deleting): no parent among them.
+    delete_completed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +93,14 @@ async def claim(db: Executor, params: ClaimParams) -> Claimed:
     """Claim, and complete the previous batch, in one statement.
 
     Three statements serve it (jobs.sql says why each exists; a test holds them to the same jobs):
-    `job_claim_batch` when there are completions to write, `job_claim_queue` for an idle worker's
+    `job_claim_batch` when there are completions to write (`job_claim_batch_deleting` when they
+    delete their jobs), `job_claim_queue` for an idle worker's
     claim from one queue, `job_claim` for one from several."""
     p = params
     if p.completions:
         rows = await db.fetch(
-            Q["job_claim_batch"], p.queues, p.wanted, p.owner, p.lease_ms,
+            Q["job_claim_batch_deleting" if p.delete_completed else "job_claim_batch"],
+            p.queues, p.wanted, p.owner, p.lease_ms,
             [c.id for c in p.completions], [c.token for c in p.completions],
             [c.result for c in p.completions], p.notify_completed, False,
         )  # fmt: skip

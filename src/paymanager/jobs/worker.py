@@ -452,9 +452,11 @@ class Worker:
         """Claim into the reserved slots, writing pending completions in the same statement."""
         seen = {q: self._notified[q] for q in queues}
         batch = self._completer.take_completions()
+        # A flow's child is completed, never deleted: its parent's trigger counts it.
+        delete = self._options.delete_completed and all(ctx.parent_id is None for ctx, _ in batch)
         params = ClaimParams(
             queues, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit,
-            [c for _, c in batch], self.events.notify_completed,
+            [c for _, c in batch], self.events.notify_completed, delete,
         )  # fmt: skip
         try:
             claimed = await claim(conn, params)
