@@ -613,8 +613,9 @@ def report(n: int, rounds: dict[str, list[dict[str, float]]]) -> None:
             print(ratio_line(label, o[key], p[key], unit, higher_is_better=higher_is_better))
     for key in ("proc1", "proc2", "p50"):
         if key in o:
+            # The ratio reads as the headline's: higher is paymanager's better (a latency inverted).
             pairs = ", ".join(
-                f"{a[key]:.1f}/{b[key]:.1f} ({a[key] / b[key]:.2f}x)"
+                f"{a[key]:.1f}/{b[key]:.1f} ({(b[key] / a[key]) if key == 'p50' else (a[key] / b[key]):.2f}x)"
                 for a, b in zip(rounds["ours"], rounds["pgq"], strict=True)
             )
             print(f"  {key} per round (paymanager/PGQueuer, ratio): {pairs}")

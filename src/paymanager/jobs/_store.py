@@ -150,11 +150,12 @@ async def promote_due(db: Executor, *, now: datetime | None, batch_max: int) -> 
 
 
 async def complete_many(
-    db: Executor, completions: Sequence[Completion], *, notify_completed: bool
+    db: Executor, completions: Sequence[Completion], *, notify_completed: bool, delete: bool = False
 ) -> set[int]:
-    """Complete the jobs still held under the completions' lease tokens; returns their ids."""
+    """Complete the jobs still held under the completions' lease tokens; returns their ids.
+    `delete`: their rows are deleted (job_complete_many_deleting); none of them has a parent."""
     rows = await db.fetch(
-        Q["job_complete_many"],
+        Q["job_complete_many_deleting" if delete else "job_complete_many"],
         [c.id for c in completions],
         [c.token for c in completions],
         [c.result for c in completions],

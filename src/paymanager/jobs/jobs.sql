@@ -368,6 +368,23 @@ WITH done AS (
 )
 SELECT d.id FROM done AS d WHERE (SELECT count(*) FROM notified) >= 0
 
+-- name: job_complete_many_deleting
+-- job_complete_many deleting the rows (WorkerOptions delete_completed, as job_claim_batch_deleting;
+-- the worker sends it no job with a parent). Results ($3) are not kept.
+WITH done AS (
+    DELETE FROM job
+     USING unnest($1::bigint[], $2::uuid[], $3::jsonb[]) AS r(id, token, result)
+     WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
+    RETURNING job.id, job.kind, job.queue, job.attempt
+), notified AS (
+    SELECT pg_notify('pm_job_events', json_agg(json_build_object(
+               'e', 'completed', 'id', n.id, 'k', n.kind, 'q', n.queue, 'a', n.attempt))::text)
+      FROM (SELECT d.*, (row_number() OVER () - 1) / 25 AS chunk FROM done AS d) AS n
+     WHERE $4::boolean
+     GROUP BY n.chunk
+)
+SELECT d.id FROM done AS d WHERE (SELECT count(*) FROM notified) >= 0
+
 -- name: job_complete_fenced
 -- The fenced completion, run inside the handler's own transaction: no row means the lease is lost.
 UPDATE job

@@ -83,8 +83,8 @@ class WorkerOptions:
     # Completed jobs are deleted as they complete instead of kept as `completed` rows for retention
     # to prune (BullMQ's removeOnComplete: true): no result is kept, and `wait_until_finished` and
     # `jobs show` find no such job. The lighter write per job (docs/BENCHMARKS.md, "Job engine").
-    # Only completions written with a claim, of jobs without a parent: a flow's child, and a job
-    # completed on another path (a flush at stop, a handler's own transaction), stay `completed`.
+    # Only the worker's own completions of jobs without a parent: a flow's child, and a job completed
+    # in a handler's own transaction (complete_in), stay `completed` rows for retention.
     delete_completed: bool = False
 
     def __post_init__(self) -> None:

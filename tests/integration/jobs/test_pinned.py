@@ -45,6 +45,7 @@ async def test_a_claim_session_waits_at_most_its_lock_timeout_and_gives_the_sett
 # The statements the worker runs on its pinned connections (claims and completions).
 PINNED_STATEMENTS = (
     "job_claim", "job_claim_queue", "job_claim_batch", "job_claim_batch_deleting", "job_complete_many",
+    "job_complete_many_deleting",
     "job_fail_many",
 )  # fmt: skip
 
