@@ -3,6 +3,7 @@
     .venv/bin/python bench/jobs.py [--jobs 100000] [--retention-jobs 100000] [--retention-rounds 5]
                                    [--skip-retention] [--only proc1,proc2,latency] [--loop uvloop|asyncio]
                                    [--beside-limited] [--pgq-batch sweep|N] [--pgq-sweep 100,250,500,1000]
+                                   (--only takes: bulk, proc1, proc2, single, latency, floor)
 
 PGQueuer runs at its best batch size on this machine: with `--pgq-batch sweep` (the default) each
 size of `--pgq-sweep` processes the N jobs with one worker process first, the fastest is printed and
@@ -16,9 +17,15 @@ Figures (each printed with PGQueuer's figure from the same run and the ratio):
 - peak RSS of a worker process;
 - size of the jobs table after a long run with retention on (printed per round: it must plateau).
 
-With `--beside-limited`, paymanager's worker processes also serve a rate-limited queue (100 jobs per
-second) and a globally limited one (5 running at once over both processes), each busy throughout the
-run, while the figures still count the plain queue alone: what the limits cost a queue without them.
+With `--beside-limited`, every round measures paymanager's processing twice: alone, and with its worker
+processes also serving a rate-limited queue (100 jobs per second) and a globally limited one (5
+running at once over both processes), each busy throughout the run, the figure counting the plain
+queue alone; printed as the ratio beside / alone per round: what the limits cost a queue without them.
+
+The `floor` figure drains the same N jobs with a bare loop of the worker's own claim-and-complete
+statement (`job_claim_batch`: the worker's batch, pipeline and generic plans, in one process on the
+same loop) with no engine around it, and prints one worker process's throughput as a ratio to it,
+per round: what the engine's own Python costs over the statements it sends.
 
 Worker processes and the latency producer of both engines run on uvloop (`--loop`), as both
 engines' command-line runners do where it is installed (`paymanager run`, `pgq run`).
@@ -73,9 +80,12 @@ PIPELINE = int(os.environ.get("BENCH_PIPELINE", "2"))
 NOTIFY_COMPLETED = os.environ.get("BENCH_NOTIFY_COMPLETED", "1") == "1"
 # BENCH_QUICK_CLAIM=0: every claim waits for its WAL flush (WorkerOptions.quick_claim_commit off).
 QUICK_CLAIM = os.environ.get("BENCH_QUICK_CLAIM", "1") == "1"
+# BENCH_DELETE_COMPLETED=1: completed jobs are deleted as they complete (WorkerOptions.delete_completed),
+# as PGQueuer does; off (as the engine's default), they stay for retention to prune.
+DELETE_COMPLETED = os.environ.get("BENCH_DELETE_COMPLETED", "0") == "1"
 # The event loop of worker processes and of the latency producer (set by --loop).
 LOOP = os.environ.get("BENCH_LOOP", "uvloop")
-FIGURES = ("bulk", "proc1", "proc2", "single", "latency")
+FIGURES = ("bulk", "proc1", "proc2", "single", "latency", "floor")
 # --beside-limited: the limited queues beside the plain one, and the jobs that keep them busy.
 RATED, RATED_PER_S, RATED_JOBS = "bench.rated", 100, 2_000
 CAPPED, CAPPED_RUNNING, CAPPED_JOBS = "bench.capped", 5, 20_000
@@ -204,12 +214,13 @@ async def pgq_singles(dsn: str, n: int) -> float:
 # --- worker processes ------------------------------------------------------------------------------
 
 
-def spawn(engine: str, dsn: str, mode: str) -> subprocess.Popen[str]:
+def spawn(engine: str, dsn: str, mode: str, beside: bool = False) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, __file__, "worker", engine, dsn, mode],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, "BENCH_BESIDE_LIMITED": "1" if beside else "0"},
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -234,16 +245,18 @@ def results(procs: Sequence[subprocess.Popen[str]]) -> list[dict[str, Any]]:
     return out
 
 
-def process_run(engine: str, dsn: str, workers: int) -> tuple[float, int]:
+def process_run(engine: str, dsn: str, workers: int, beside: bool = False) -> tuple[float, int]:
     """Seconds from `go` until the queue is empty, and the largest worker RSS (KiB).
 
     This process watches for the empty queue on its own connection (every 5 ms, one index probe),
-    so the workers' loops carry nothing but the engine; then it tells them to stop.
+    so the workers' loops carry nothing but the engine; then it tells them to stop. `beside`: the
+    limited queues are filled and served too (paymanager only), and the plain queue alone is watched.
+    `engine` "floor" is the bare claim loop on paymanager's database.
     """
-    if engine == "ours" and beside_limited():
+    if beside:
         asyncio.run(fill_limited_queues(dsn))
-    procs = [spawn(engine, dsn, "drain") for _ in range(workers)]
-    busy = (OURS_PLAIN_BUSY if beside_limited() else OURS_BUSY) if engine == "ours" else PGQ_BUSY
+    procs = [spawn(engine, dsn, "drain", beside) for _ in range(workers)]
+    busy = PGQ_BUSY if engine == "pgq" else OURS_PLAIN_BUSY if beside else OURS_BUSY
 
     async def watch() -> float:
         conn = await asyncpg.connect(dsn)
@@ -259,7 +272,7 @@ def process_run(engine: str, dsn: str, workers: int) -> tuple[float, int]:
     seconds = asyncio.run(watch())
     go(procs)  # the second line says stop
     done = results(procs)
-    if engine == "ours" and beside_limited():
+    if beside:
         asyncio.run(report_limited_queues(dsn, workers, seconds))
     return seconds, max(r["rss_kib"] for r in done)
 
@@ -364,6 +377,7 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
         claim_pipeline=PIPELINE,
         notify_completed_events=NOTIFY_COMPLETED,
         quick_claim_commit=QUICK_CLAIM,
+        delete_completed=DELETE_COMPLETED,
     )
     worker = Worker(pool, dsn, registry, queues, options)
     print("ready", flush=True)
@@ -376,6 +390,43 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
     await worker.stop(timeout_s=5)
     await pool.close()
     return {"latencies_ms": latencies}
+
+
+async def floor_worker(dsn: str, mode: str) -> dict[str, Any]:
+    """The floor: PIPELINE connections, each a bare loop of job_claim_batch claiming up to
+    CONCURRENCY / PIPELINE jobs and completing its previous batch in the same statement, as a worker
+    process's claims do (the same options, generic plans), with nothing else around them."""
+    from paymanager.db.pool import init_connection
+    from paymanager.jobs._queries import Q
+
+    batch = CONCURRENCY // PIPELINE
+    conns = [await asyncpg.connect(dsn) for _ in range(PIPELINE)]
+    for conn in conns:
+        await init_connection(conn)
+        await conn.fetch(Q["job_session_generic_plans"])
+    claim = Q["job_claim_batch_deleting" if DELETE_COMPLETED else "job_claim_batch"]
+
+    async def loop(conn: asyncpg.Connection) -> None:
+        ids: list[int] = []
+        tokens: list[uuid.UUID] = []
+        while True:
+            rows = await conn.fetch(
+                claim, [QUEUE], [batch], "floor", 30_000, ids, tokens, [None] * len(ids),
+                NOTIFY_COMPLETED, QUICK_CLAIM and not ids,
+            )  # fmt: skip
+            claimed = [r for r in rows if r["claimed"]]
+            if not claimed and not ids:
+                return
+            ids = [r["id"] for r in claimed]
+            tokens = [r["lease_token"] for r in claimed]
+
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    await asyncio.gather(*(loop(c) for c in conns))
+    await asyncio.to_thread(sys.stdin.readline)
+    for conn in conns:
+        await conn.close()
+    return {}
 
 
 async def wait_empty(pool: Any, query: str) -> float:
@@ -432,7 +483,7 @@ def worker_main(engine: str, dsn: str, mode: str) -> None:
 
     # stdout carries the protocol with the parent; logs go to stderr.
     configure_logging("warning", "json")
-    runner = ours_worker if engine == "ours" else pgq_worker
+    runner = {"ours": ours_worker, "pgq": pgq_worker, "floor": floor_worker}[engine]
     result = run_on_loop(runner(dsn, mode))
     result["rss_kib"] = peak_rss_kib()
     print(json.dumps(result), flush=True)
@@ -505,8 +556,9 @@ async def reset(engine: str, dsn: str) -> None:
         await conn.close()
 
 
-def one_round(engine: str, dsn: str, n: int, only: set[str]) -> dict[str, float]:
-    """Every figure in `only` once for one engine."""
+def one_round(engine: str, dsn: str, n: int, only: set[str], beside: bool = False) -> dict[str, float]:
+    """Every figure in `only` once for one engine; `beside`: paymanager's processing again with the
+    limited queues served beside the plain one (`procN_beside`)."""
     bulk = ours_bulk if engine == "ours" else pgq_bulk
     single = ours_singles if engine == "ours" else pgq_singles
     figures: dict[str, float] = {}
@@ -519,6 +571,16 @@ def one_round(engine: str, dsn: str, n: int, only: set[str]) -> dict[str, float]
             seconds, peak = process_run(engine, dsn, workers)
             figures[f"proc{workers}"] = n / seconds
             figures["rss"] = max(figures.get("rss", 0.0), peak / 1024)
+            if beside and engine == "ours":
+                asyncio.run(reset(engine, dsn))
+                asyncio.run(bulk(dsn, n))
+                seconds, _ = process_run(engine, dsn, workers, beside=True)
+                figures[f"proc{workers}_beside"] = n / seconds
+    if "floor" in only and engine == "ours":
+        asyncio.run(reset(engine, dsn))
+        asyncio.run(bulk(dsn, n))
+        seconds, _ = process_run("floor", dsn, 1)
+        figures["floor"] = n / seconds
     if "single" in only:
         asyncio.run(reset(engine, dsn))
         figures["single"] = SINGLE_ENQUEUES / asyncio.run(single(dsn, SINGLE_ENQUEUES))
@@ -551,11 +613,37 @@ def report(n: int, rounds: dict[str, list[dict[str, float]]]) -> None:
             print(ratio_line(label, o[key], p[key], unit, higher_is_better=higher_is_better))
     for key in ("proc1", "proc2", "p50"):
         if key in o:
+            # The ratio reads as the headline's: higher is paymanager's better (a latency inverted).
             pairs = ", ".join(
-                f"{a[key]:.1f}/{b[key]:.1f} ({a[key] / b[key]:.2f}x)"
+                f"{a[key]:.1f}/{b[key]:.1f} ({(b[key] / a[key]) if key == 'p50' else (a[key] / b[key]):.2f}x)"
                 for a, b in zip(rounds["ours"], rounds["pgq"], strict=True)
             )
             print(f"  {key} per round (paymanager/PGQueuer, ratio): {pairs}")
+    ours_only(n, rounds["ours"])
+
+
+def ours_only(n: int, rounds: list[dict[str, float]]) -> None:
+    """paymanager's figures against its own: the floor, and the plain queue beside limited queues."""
+    pairs = [
+        ("floor", "proc1", f"the floor: a bare claim loop, {n} jobs", "1 worker process / floor"),
+        ("proc1_beside", "proc1", "1 process, limited queues beside", "beside / alone"),
+        ("proc2_beside", "proc2", "2 processes, limited queues beside", "beside / alone"),
+    ]
+    for key, base, label, ratio_label in pairs:
+        if key not in rounds[0] or base not in rounds[0]:
+            continue
+        ratios = [f[base] / f[key] if key == "floor" else f[key] / f[base] for f in rounds]
+        per_round = ", ".join(
+            f"{f[base]:.0f}/{f[key]:.0f} ({r:.2f}x)"
+            if key == "floor"
+            else f"{f[key]:.0f}/{f[base]:.0f} ({r:.2f}x)"
+            for f, r in zip(rounds, ratios, strict=True)
+        )
+        median = statistics.median(f[key] for f in rounds)
+        print(
+            f"{label:<44} paymanager {median:>10.1f} jobs/s  {ratio_label} {statistics.median(ratios):.2f}x"
+        )
+        print(f"  per round ({ratio_label}): {per_round}")
 
 
 def sweep_pgq_batch(dsn: str, n: int, sizes: list[int]) -> int:
@@ -598,9 +686,10 @@ def bench(args: argparse.Namespace) -> None:
             f"# job engine benchmark: {n} jobs, concurrency {CONCURRENCY} per worker process "
             f"(PGQueuer batch {PGQ_BATCH}), {args.rounds} interleaved rounds, median shown; "
             f"workers on {os.environ['BENCH_LOOP']}; PostgreSQL at {urlsplit(SERVER).netloc}"
+            + ("; paymanager deletes completed jobs" if DELETE_COMPLETED else "")
             + (
-                "; a rate-limited and a globally limited queue beside paymanager's"
-                if beside_limited()
+                "; paymanager's processing also with a rate-limited and a globally limited queue beside"
+                if args.beside_limited
                 else ""
             )
         )
@@ -608,7 +697,7 @@ def bench(args: argparse.Namespace) -> None:
         for r in range(args.rounds):
             # Alternate which engine goes first: the machine's load drifts during a run.
             for engine in ("ours", "pgq") if r % 2 == 0 else ("pgq", "ours"):
-                rounds[engine].append(one_round(engine, dsns[engine], n, only))
+                rounds[engine].append(one_round(engine, dsns[engine], n, only, args.beside_limited))
         report(n, rounds)
         if not args.skip_retention:
             dsn = asyncio.run(create_database("ours"))
@@ -650,8 +739,6 @@ def main() -> None:
     args = parser.parse_args()
     # Worker processes read them from the environment they inherit.
     os.environ["BENCH_LOOP"] = args.loop
-    if args.beside_limited:
-        os.environ["BENCH_BESIDE_LIMITED"] = "1"
     bench(args)
 
 

@@ -72,8 +72,8 @@ def _refused_reply(exc: ApiError) -> tuple[int, Any]:
 def _queue_view(view: admin.QueueView) -> dict[str, Any]:
     return {
         "name": view.name, "paused": view.paused, "max_depth": view.max_depth, "rate_limit": view.rate_limit,
-        "concurrency_max": view.concurrency_max, "depth": view.depth, "counts": view.counts,
-        "oldest_available_s": view.oldest_available_s,
+        "concurrency_max": view.concurrency_max, "waiting_events": view.waiting_events, "depth": view.depth,
+        "counts": view.counts, "oldest_available_s": view.oldest_available_s,
     }  # fmt: skip
 
 

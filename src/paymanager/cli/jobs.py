@@ -352,7 +352,7 @@ def stats(
 
 
 def _queue_flags(settings: admin.QueueSettings) -> str:
-    """A queue's settings as ` (paused, rate 100/1s, concurrency 5)`, or nothing."""
+    """A queue's settings as ` (paused, rate 100/1s, concurrency 5, waiting events)`, or nothing."""
     flags: list[str] = []
     if settings.paused:
         flags.append("paused")
@@ -364,4 +364,6 @@ def _queue_flags(settings: admin.QueueSettings) -> str:
         flags.append(f"rate-limited until {settings.rate_paused_until.isoformat()}")
     if settings.max_depth is not None:
         flags.append(f"max depth {settings.max_depth}")
+    if settings.waiting_events:
+        flags.append("waiting events")
     return f" ({', '.join(flags)})" if flags else ""

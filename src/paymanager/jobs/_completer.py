@@ -49,8 +49,11 @@ class Completer:
         forget: Callable[[list[JobContext]], None],
         requeued: Callable[[str], None],
         on_dead: DeadHook | None,
+        delete_completed: bool = False,
     ) -> None:
         self._conn = conn
+        # WorkerOptions.delete_completed: completions of jobs without a parent delete their rows.
+        self.delete_completed = delete_completed
         self._batch_max = batch_max
         # The worker's `error` hook (Worker's on_error).
         self.on_error: ErrorHook | None = None
@@ -161,8 +164,10 @@ class Completer:
         log.error("job outcomes dropped after repeated failures; their leases will expire")
 
     async def _complete(self, batch: list[tuple[JobContext, Completion]], events: list[JobEvent]) -> None:
+        # A flow's child is completed, never deleted: its parent's trigger counts it.
+        delete = self.delete_completed and all(ctx.parent_id is None for ctx, _ in batch)
         done = await complete_many(
-            self._conn, [c for _, c in batch], notify_completed=self._events.notify_completed
+            self._conn, [c for _, c in batch], notify_completed=self._events.notify_completed, delete=delete
         )
         self.completed(batch, done, events)
 

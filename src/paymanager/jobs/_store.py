@@ -78,6 +78,8 @@ class ClaimParams:
     completions: Sequence[Completion] = ()
     # Publish `completed` events for the completions (a NOTIFY per 25).
     notify_completed: bool = True
+    # The completions delete their jobs' rows (job_claim_batch_deleting): no parent among them.
+    delete_completed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +93,14 @@ async def claim(db: Executor, params: ClaimParams) -> Claimed:
     """Claim, and complete the previous batch, in one statement.
 
     Three statements serve it (jobs.sql says why each exists; a test holds them to the same jobs):
-    `job_claim_batch` when there are completions to write, `job_claim_queue` for an idle worker's
+    `job_claim_batch` when there are completions to write (`job_claim_batch_deleting` when they
+    delete their jobs), `job_claim_queue` for an idle worker's
     claim from one queue, `job_claim` for one from several."""
     p = params
     if p.completions:
         rows = await db.fetch(
-            Q["job_claim_batch"], p.queues, p.wanted, p.owner, p.lease_ms,
+            Q["job_claim_batch_deleting" if p.delete_completed else "job_claim_batch"],
+            p.queues, p.wanted, p.owner, p.lease_ms,
             [c.id for c in p.completions], [c.token for c in p.completions],
             [c.result for c in p.completions], p.notify_completed, False,
         )  # fmt: skip
@@ -146,11 +150,12 @@ async def promote_due(db: Executor, *, now: datetime | None, batch_max: int) -> 
 
 
 async def complete_many(
-    db: Executor, completions: Sequence[Completion], *, notify_completed: bool
+    db: Executor, completions: Sequence[Completion], *, notify_completed: bool, delete: bool = False
 ) -> set[int]:
-    """Complete the jobs still held under the completions' lease tokens; returns their ids."""
+    """Complete the jobs still held under the completions' lease tokens; returns their ids.
+    `delete`: their rows are deleted (job_complete_many_deleting); none of them has a parent."""
     rows = await db.fetch(
-        Q["job_complete_many"],
+        Q["job_complete_many_deleting" if delete else "job_complete_many"],
         [c.id for c in completions],
         [c.token for c in completions],
         [c.result for c in completions],
@@ -404,6 +409,8 @@ class QueueSettings:
     rate_max: int | None
     rate_window_ms: int | None
     concurrency_max: int | None
+    # A `waiting` event per job that becomes available (migration 0112).
+    waiting_events: bool
     # Set while a pause asked by a handler (RateLimitedError) runs.
     rate_paused_until: datetime | None
 
@@ -416,6 +423,7 @@ class QueueSettings:
             rate_max=row["rate_max"],
             rate_window_ms=row["rate_window_ms"],
             concurrency_max=row["concurrency_max"],
+            waiting_events=row["waiting_events"],
             rate_paused_until=row["rate_paused_until"],
         )
 

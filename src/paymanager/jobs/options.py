@@ -80,6 +80,12 @@ class WorkerOptions:
     # the claim fails and is retried, so neither a graceful stop nor the LISTEN connection (whose
     # notifications wait behind a statement running on it) stays stuck behind the lock.
     claim_lock_timeout_ms: int = 1_000
+    # Completed jobs are deleted as they complete instead of kept as `completed` rows for retention
+    # to prune (BullMQ's removeOnComplete: true): no result is kept, and `wait_until_finished` and
+    # `jobs show` find no such job. The lighter write per job (docs/BENCHMARKS.md, "Job engine").
+    # Only the worker's own completions of jobs without a parent: a flow's child, and a job completed
+    # in a handler's own transaction (complete_in), stay `completed` rows for retention.
+    delete_completed: bool = False
 
     def __post_init__(self) -> None:
         if not self.owner or len(self.owner) > 200:

@@ -126,6 +126,7 @@ class Worker:
             self._forget,
             self._requeued,
             on_dead,
+            self._options.delete_completed,
         )
         self._leases = Leases(
             pool, lease_ms=self._options.lease_ms, outcome_pending=self._completer.is_pending
@@ -452,9 +453,11 @@ class Worker:
         """Claim into the reserved slots, writing pending completions in the same statement."""
         seen = {q: self._notified[q] for q in queues}
         batch = self._completer.take_completions()
+        # A flow's child is completed, never deleted: its parent's trigger counts it.
+        delete = self._completer.delete_completed and all(ctx.parent_id is None for ctx, _ in batch)
         params = ClaimParams(
             queues, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit,
-            [c for _, c in batch], self.events.notify_completed,
+            [c for _, c in batch], self.events.notify_completed, delete,
         )  # fmt: skip
         try:
             claimed = await claim(conn, params)

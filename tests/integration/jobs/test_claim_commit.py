@@ -24,6 +24,7 @@ CLAIM_ARGS = {
     "job_claim": lambda quick: (["default"], [10], "t", 30_000, quick),
     "job_claim_queue": lambda quick: ("default", 10, "t", 30_000, quick),
     "job_claim_batch": lambda quick: (["default"], [10], "t", 30_000, [], [], [], False, quick),
+    "job_claim_batch_deleting": lambda quick: (["default"], [10], "t", 30_000, [], [], [], False, quick),
 }
 
 
@@ -31,7 +32,7 @@ def claim_seen(query: str, args: tuple[Any, ...]) -> tuple[int, bool] | None:
     """(completions written, quick) of a claim statement the worker sent; None for other statements."""
     if query in (Q["job_claim"], Q["job_claim_queue"]):
         return 0, args[4]
-    if query == Q["job_claim_batch"]:
+    if query in (Q["job_claim_batch"], Q["job_claim_batch_deleting"]):
         return len(args[4]), args[8]
     return None
 
@@ -135,6 +136,7 @@ async def test_the_idle_claims_and_the_batch_claim_take_the_same_jobs(pool: asyn
     claims: list[tuple[str, tuple[Any, ...]]] = [
         ("job_claim", (*several, True)),
         ("job_claim_batch", (*several, [], [], [], True, True)),
+        ("job_claim_batch_deleting", (*several, [], [], [], True, True)),
         ("job_claim_queue", tuple((q, n, "t", 30_000, True) for q, n in wanted.items())),
     ]
     taken: dict[str, list[tuple[Any, ...]]] = {}
@@ -149,6 +151,7 @@ async def test_the_idle_claims_and_the_batch_claim_take_the_same_jobs(pool: asyn
             assert {tuple(r.keys()) for r in rows} == {CLAIMED_COLUMNS}, statement
             await transaction.rollback()
     assert taken["job_claim"] == taken["job_claim_batch"] == taken["job_claim_queue"]
+    assert taken["job_claim_batch_deleting"] == taken["job_claim_batch"]
     assert taken["job_claim"] == [
         ("a", -1, 1, True), ("a", 0, 1, True), ("a", 0, 1, True), ("c", 0, 1, True),
     ]  # fmt: skip

@@ -3,6 +3,8 @@ caller waiting for a job to finish, and a handler's log lines (docs/state_machin
 
 from __future__ import annotations
 
+import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -25,6 +27,7 @@ from paymanager.jobs import (
 from paymanager.jobs.context import LOG_LINE_CHARS_MAX, LOG_LINES_MAX
 from paymanager.jobs.maintenance import Maintenance
 from tests.integration.jobs.conftest import FAST, StartWorker, wait_state, wait_until
+from tests.support.processes import paymanager_env, run_cli
 
 
 async def events_of(stream: EventStream, job_id: int, until: str) -> list[str]:
@@ -112,6 +115,26 @@ async def test_a_queue_without_waiting_events_publishes_none(pool: asyncpg.Pool,
         async with pool.acquire() as conn:
             await admin.remove_job(conn, sentinel.id)
         assert await events_until_removed(stream, sentinel.id) == []
+
+
+async def test_the_waiting_events_setting_shows_in_the_queue_listings(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    async with pool.acquire() as conn:
+        await admin.set_waiting_events(conn, "w", True)
+        await admin.set_global_concurrency(conn, "plain", 5)
+        shown = {q.name: q.waiting_events for q in await admin.list_queues(conn)}
+    assert shown == {"plain": False, "w": True}
+    stats = await asyncio.to_thread(run_cli, ["jobs", "stats"], paymanager_env(database_url))
+    assert "w (waiting events): empty" in stats.stdout, stats.stdout + stats.stderr
+    assert "plain (concurrency 5): empty" in stats.stdout
+    listed = await asyncio.to_thread(run_cli, ["jobs", "stats", "--json"], paymanager_env(database_url))
+    by_name = {q["name"]: q for q in map(json.loads, listed.stdout.splitlines())}
+    assert (by_name["w"]["waiting_events"], by_name["plain"]["waiting_events"]) == (True, False)
+    async with pool.acquire() as conn:
+        await admin.set_waiting_events(conn, "w", False)
+    stats = await asyncio.to_thread(run_cli, ["jobs", "stats"], paymanager_env(database_url))
+    assert "w: empty" in stats.stdout
 
 
 async def test_removing_a_job_publishes_removed(pool: asyncpg.Pool, database_url: str) -> None:

@@ -187,12 +187,15 @@ async def test_a_stale_attempts_completion_is_refused_while_the_new_attempt_stil
 ) -> None:
     stale, running = await stale_and_running_attempts(pool, database_url)
     # The worker completes a handler that returned by job_complete_many, or with its next claim.
-    assert await pool.fetch(Q["job_complete_many"], [stale.id], [stale.lease_token], ["first"], False) == []
-    rows = await pool.fetch(
-        Q["job_claim_batch"], ["default"], [1], "first", 60_000, [stale.id], [stale.lease_token], ["first"],
-        False, False,
-    )  # fmt: skip
-    assert rows == []
+    for complete in ("job_complete_many", "job_complete_many_deleting"):
+        rows = await pool.fetch(Q[complete], [stale.id], [stale.lease_token], ["first"], False)
+        assert rows == [], complete
+    for claim in ("job_claim_batch", "job_claim_batch_deleting"):
+        rows = await pool.fetch(
+            Q[claim], ["default"], [1], "first", 60_000, [stale.id], [stale.lease_token], ["first"],
+            False, False,
+        )  # fmt: skip
+        assert rows == [], claim
     async with pool.acquire() as conn, conn.transaction():
         with pytest.raises(LeaseLostError):
             await stale.complete_in(conn, "first")

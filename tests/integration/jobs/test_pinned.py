@@ -43,7 +43,11 @@ async def test_a_claim_session_waits_at_most_its_lock_timeout_and_gives_the_sett
 
 
 # The statements the worker runs on its pinned connections (claims and completions).
-PINNED_STATEMENTS = ("job_claim", "job_claim_queue", "job_claim_batch", "job_complete_many", "job_fail_many")
+PINNED_STATEMENTS = (
+    "job_claim", "job_claim_queue", "job_claim_batch", "job_claim_batch_deleting", "job_complete_many",
+    "job_complete_many_deleting",
+    "job_fail_many",
+)  # fmt: skip
 
 
 async def test_pinned_statements_read_the_job_table_by_index_whatever_its_size(database_url: str) -> None:

@@ -2,18 +2,22 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
 
 from paymanager.jobs import (
+    EventStream,
     Fixed,
+    Flow,
     JobContext,
     NewJob,
     PermanentError,
     Registry,
     WorkerOptions,
     enqueue,
+    enqueue_flow,
     enqueue_many,
 )
 from tests.integration.jobs.conftest import FAST, StartWorker, job_state, wait_state, wait_until
@@ -308,3 +312,35 @@ async def test_claim_cooldown_gathers_jobs_arriving_meanwhile_into_one_claim(
         "SELECT count(DISTINCT attempted_at) FROM job WHERE id = ANY($1::bigint[])", later
     )
     assert claims == 1  # attempted_at is the claim's transaction time: one claim took all five
+
+
+async def test_a_worker_that_deletes_completed_jobs_keeps_no_row_but_a_flows_children(
+    pool: asyncpg.Pool, database_url: str, start_worker: StartWorker
+) -> None:
+    ran: list[int] = []
+    registry = Registry()
+
+    @registry.handler("k")
+    async def handle(ctx: JobContext) -> None:
+        ran.append(ctx.id)
+
+    async def completed_events(events: EventStream, ids: set[int]) -> None:
+        seen: set[int] = set()
+        while not ids <= seen:
+            event = await events.next(timeout_s=30)
+            if event.event == "completed":
+                seen.add(event.id)
+
+    async with EventStream(database_url) as events:
+        await start_worker(registry, {"default": 10}, replace(FAST, delete_completed=True))
+        plain = await enqueue_many(pool, [NewJob("k", {"i": i}) for i in range(200)])
+        await completed_events(events, set(plain))
+        # A batch holding a flow's child completes every job of it: the flow runs on its own here.
+        root, (child,) = await enqueue_flow(pool, Flow(NewJob("k", {"root": True}), [NewJob("k", {})]))
+        await completed_events(events, {root, child})
+    assert sorted(ran) == sorted([*plain, root, child])
+    # Every job's row is gone but the flow's child's, completed (its parent's trigger counted it:
+    # the parent ran after it).
+    left = {r["id"]: r["state"] for r in await pool.fetch("SELECT id, state FROM job")}
+    assert left == {child: "completed"}
+    assert ran.index(child) < ran.index(root)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+from paymanager.jobs import admin as jobs_admin
 from paymanager.jobs import enqueue
 from tests.integration.payments.conftest import Api
 
@@ -91,6 +92,23 @@ async def test_pausing_an_unknown_queue_is_a_404_with_a_suggestion(api: Api) -> 
     paused = await api.admin.post("/admin/queues/outbox/pause")
     assert paused.status_code == 200
     assert paused.json()["paused"] is True
+
+
+async def test_the_queue_list_shows_each_queues_settings(api: Api) -> None:
+    await _dead_job(api)
+    async with api.payments.pool.acquire() as conn:
+        await jobs_admin.set_rate_limit(conn, "outbox", max_jobs=100, window_ms=1000)
+        await jobs_admin.set_global_concurrency(conn, "outbox", 5)
+        await jobs_admin.set_waiting_events(conn, "outbox", True)
+        await jobs_admin.set_max_depth(conn, "plain", 10)
+    listed = await api.admin.get("/admin/queues")
+    assert listed.status_code == 200, listed.text
+    by_name = {q["name"]: q for q in listed.json()["data"]}
+    outbox = by_name["outbox"]
+    assert (outbox["rate_limit"], outbox["concurrency_max"], outbox["waiting_events"]) == ("100/1s", 5, True)
+    assert (by_name["plain"]["max_depth"], by_name["plain"]["waiting_events"]) == (10, False)
+    paused = await api.admin.post("/admin/queues/outbox/pause")
+    assert paused.json()["waiting_events"] is True
 
 
 async def test_services_are_created_rotated_and_disabled_with_audit(api: Api) -> None:

@@ -20,6 +20,7 @@ from playwright.async_api import Browser, Page, Route, async_playwright, expect
 
 from paymanager.application.psp.balance import BalanceMonitor, nostro_accounts
 from paymanager.db.pool import create_pool
+from paymanager.jobs import admin as jobs_admin
 from paymanager.jobs import enqueue
 from tests.integration.psp.conftest import StartPayoutApi
 from tests.support.browser import chromium_path, is_local
@@ -253,6 +254,27 @@ async def test_throughput_comes_from_the_database_and_the_table_updates_itself(
     finally:
         await pool.close()
     await expect(row.locator("td").nth(5)).to_have_text("1", timeout=30_000)
+    assert site.external == []
+
+
+async def test_a_queues_limits_and_waiting_events_show_in_its_row(site: Site, browser: Browser) -> None:
+    pool = await create_pool(site.database_url, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as db:
+            await jobs_admin.set_rate_limit(db, "psp.ipps", max_jobs=100, window_ms=1000)
+            await jobs_admin.set_global_concurrency(db, "psp.ipps", 5)
+            await jobs_admin.set_waiting_events(db, "psp.ipps", True)
+            await jobs_admin.set_max_depth(db, "plain", 10)
+    finally:
+        await pool.close()
+    page = await new_page(browser, site)
+    await login(page, site, site.admin)
+    limited = page.locator("tr[data-queue='psp.ipps'] td").nth(9)
+    await limited.wait_for()
+    assert " ".join((await limited.inner_text()).split()) == "rate 100/1s concurrency 5 waiting events"
+    plain = page.locator("tr[data-queue=plain] td").nth(9)
+    assert " ".join((await plain.inner_text()).split()) == "max 10"
+    await page.context.close()
     assert site.external == []
 
 

@@ -86,6 +86,7 @@ class QueueView:
     max_depth: int | None
     rate_limit: str | None
     concurrency_max: int | None
+    waiting_events: bool
     counts: dict[str, int]
     oldest_available_s: float | None
 
@@ -114,6 +115,7 @@ async def queues(conn: Conn) -> list[QueueView]:
                 max_depth=s.max_depth if s else None,
                 rate_limit=rate,
                 concurrency_max=s.concurrency_max if s else None,
+                waiting_events=bool(s and s.waiting_events),
                 counts=counts.get(name, {}),
                 oldest_available_s=ages.get(name),
             )
