@@ -284,6 +284,7 @@ async def main() -> None:
     parser.add_argument("--statements", action="store_true", help="Print phase 2's statements per session.")
     parser.add_argument("--profile", help="py-spy one worker of phase 2 into this file (collapsed stacks).")
     parser.add_argument("--skip-baseline", action="store_true", help="Skip phase 1 (the no-op engine).")
+    parser.add_argument("--skip-zero", action="store_true", help="Skip phase 3 (0 ms providers).")
     args = parser.parse_args()
     url = await make_database()
     gift = Sandbox("giftcard")
@@ -313,15 +314,16 @@ async def main() -> None:
         print(costs.report(args.count, "session") + f", {calls / args.count:.1f} provider calls")
         if args.statements:
             print(costs.report_statements(args.count))
-        rate0, cores0, costs0, calls0 = await sessions_phase(
-            url, pool, (sessions, shop, merchant), gift, card, args.count, 0
-        )
-        print(
-            f"3. sessions, 2 outbox-worker processes,  0 ms providers, backlog of {args.count}:"
-            f" {rate0:8.0f} completed sessions/s ({3 * rate0 / jobs_rate:.2f} x baseline in jobs/s);"
-            f" workers {cores0:.2f} cores, load {os.getloadavg()[0]:.1f}"
-        )
-        print(costs0.report(args.count, "session") + f", {calls0 / args.count:.1f} provider calls")
+        if not args.skip_zero:
+            rate0, cores0, costs0, calls0 = await sessions_phase(
+                url, pool, (sessions, shop, merchant), gift, card, args.count, 0
+            )
+            print(
+                f"3. sessions, 2 outbox-worker processes,  0 ms providers, backlog of {args.count}:"
+                f" {rate0:8.0f} completed sessions/s ({3 * rate0 / jobs_rate:.2f} x baseline in jobs/s);"
+                f" workers {cores0:.2f} cores, load {os.getloadavg()[0]:.1f}"
+            )
+            print(costs0.report(args.count, "session") + f", {calls0 / args.count:.1f} provider calls")
         await pool.close()
     finally:
         gift.stop()

@@ -11,9 +11,10 @@ from typing import Any
 
 import httpx
 import uvicorn
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from paymanager.sandbox import card, giftcard
+from paymanager.sandbox._provider_sim import KEEP_ALIVE_S
 from tests.support.processes import free_port
 
 
@@ -56,7 +57,7 @@ class SandboxAdmin:
 
 
 @contextmanager
-def serving(app: FastAPI) -> Iterator[SandboxAdmin]:
+def serving(app: Starlette) -> Iterator[SandboxAdmin]:
     """`app` on a free port of 127.0.0.1 in a thread, until the block ends."""
     port = free_port()
     server = uvicorn.Server(
@@ -68,6 +69,7 @@ def serving(app: FastAPI) -> Iterator[SandboxAdmin]:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=1,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
     )
     thread = threading.Thread(target=server.run, daemon=True)

@@ -9,6 +9,7 @@ answers `exists` (or `pending_transfer_already_posted`) instead of moving money 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeGuard
@@ -368,45 +369,62 @@ def expire_pending_handler(ledger: Ledger) -> Callable[[JobContext], Awaitable[N
 SESSION_TRANSFER_CODE = 6
 
 
-async def record_session_settlement(
-    ledger: Ledger,
-    conn: Conn,
-    *,
-    session_id: uuid.UUID,
-    currency_code: str,
-    source_account_id: uuid.UUID,
-    merchant_account_id: uuid.UUID,
-    fee_account_id: uuid.UUID,
-    amount: int,
-    fee: int,
-) -> None:
-    """A completed checkout session: the amount entered the platform from the providers; the merchant
-    is credited the amount less the fee, the fee account the fee, in one linked chain.
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionSettlement:
+    """What the ledger records of one completed checkout session."""
 
-    The ids derive from the session, so a transaction run again submits the same ids and the ledger
-    answers `exists`. The source is the funding account (money entering the platform); a clearing
-    account per provider can take its place once the providers' settlements are reconciled."""
-    parts = [("merchant", merchant_account_id, amount - fee, SESSION_TRANSFER_CODE)]
-    if fee > 0:
-        parts.append(("fee", fee_account_id, fee, FEE_TRANSFER_CODE))
-    parts = [part for part in parts if part[2] > 0]
-    transfers = [
-        Transfer(
-            id=transfer_id(session_id, f"session.{purpose}"),
-            debit_account_id=source_account_id.int,
-            credit_account_id=credit.int,
-            amount=value,
-            user_data_128=session_id.int,
-            ledger=currency(currency_code).numeric,
-            code=code,
-            flags=TransferFlags.LINKED if index < len(parts) - 1 else 0,
-        )
-        for index, (purpose, credit, value, code) in enumerate(parts)
-    ]
+    session_id: uuid.UUID
+    currency_code: str
+    source_account_id: uuid.UUID
+    merchant_account_id: uuid.UUID
+    fee_account_id: uuid.UUID
+    amount: int
+    fee: int
+
+    def transfers(self) -> list[Transfer]:
+        """The amount entered the platform from the providers; the merchant is credited the amount
+        less the fee, the fee account the fee, in one linked chain.
+
+        The ids derive from the session, so a transaction run again submits the same ids and the
+        ledger answers `exists`. The source is the funding account (money entering the platform); a
+        clearing account per provider can take its place once the providers' settlements are
+        reconciled."""
+        parts = [("merchant", self.merchant_account_id, self.amount - self.fee, SESSION_TRANSFER_CODE)]
+        if self.fee > 0:
+            parts.append(("fee", self.fee_account_id, self.fee, FEE_TRANSFER_CODE))
+        parts = [part for part in parts if part[2] > 0]
+        return [
+            Transfer(
+                id=transfer_id(self.session_id, f"session.{purpose}"),
+                debit_account_id=self.source_account_id.int,
+                credit_account_id=credit.int,
+                amount=value,
+                user_data_128=self.session_id.int,
+                ledger=currency(self.currency_code).numeric,
+                code=code,
+                flags=TransferFlags.LINKED if index < len(parts) - 1 else 0,
+            )
+            for index, (purpose, credit, value, code) in enumerate(parts)
+        ]
+
+
+async def record_session_settlements(
+    ledger: Ledger, conn: Conn, settlements: Sequence[SessionSettlement]
+) -> list[LedgerRefusedError | None]:
+    """The settlements of a group of completed sessions in ONE ledger batch (each its own linked
+    chain); per settlement None, or the error of its chain, which the ledger refused whole (nothing
+    of it written; the others are)."""
+    chains = [settlement.transfers() for settlement in settlements]
+    transfers = [transfer for chain in chains for transfer in chain]
+    assert len(transfers) <= BATCH_MAX, "a group of completions fits one ledger batch"
     # Deterministic ids: on TigerBeetle (which cannot join `conn`) a rerun is answered `exists`.
-    results = await _transfers(ledger, conn, transfers)
-    bad = [r for r in results if not r.ok and r.result is not CreateTransferResult.exists]
-    if bad:
-        raise LedgerRefusedError(
-            f"the ledger refused the settlement of session {session_id}: {sorted(r.result.name for r in bad)}"
+    results = iter(await _transfers(ledger, conn, transfers) if transfers else [])
+    outcomes: list[LedgerRefusedError | None] = []
+    for settlement, chain in zip(settlements, chains, strict=True):
+        bad = sorted(r.result.name for r in itertools.islice(results, len(chain)) if not r.ok)
+        outcomes.append(
+            LedgerRefusedError(f"the ledger refused the settlement of session {settlement.session_id}: {bad}")
+            if bad
+            else None
         )
+    return outcomes

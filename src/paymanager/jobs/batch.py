@@ -32,6 +32,10 @@ Limits: at most `batch_max` jobs per transaction and `batches_in_flight_max` tra
 commit: a busier worker makes bigger groups); a group starts on the loop's next turn, so handlers
 started together share it. The waiting work is bounded by the worker's concurrency (one item per
 running handler). A caller cancelled before its group starts is dropped.
+
+The grouping itself (the waiting queue, the limits, the start on the next turn, one outcome per
+caller) is `GroupRunner`, which any step that many handlers run at once can use without a fenced
+transaction (the session actions' write-ahead does: application/sessions/write_ahead.py).
 """
 
 from __future__ import annotations
@@ -107,11 +111,106 @@ async def complete_all_in(conn: Conn, ctxs: Sequence[JobContext]) -> None:
         ctx.completed_in_transaction = True
 
 
-@dataclass(eq=False)
-class _Request(Generic[W, R]):
+T = TypeVar("T")
+U = TypeVar("U")
+
+# The work of one group: its items, in the order submitted -> one outcome per item (its result, or
+# an exception for that item alone). Raising fails every item of the group with the exception.
+GroupWork = Callable[[list[T]], Awaitable[Sequence[U | Exception]]]
+AfterGroup = Callable[[list[U]], Awaitable[None]]
+
+
+@dataclass(eq=False, slots=True)
+class _Waiting(Generic[T, U]):
+    item: T
+    outcome: asyncio.Future[U]
+
+
+class GroupRunner(Generic[T, U]):
+    """Runs the items that concurrently running tasks of one process submit in groups.
+
+    `await runner.submit(item)` queues the item and returns its own outcome (or raises its own
+    exception). A group starts on the loop's next turn, so the tasks one claim started share it; it
+    takes at most `batch_max` items, and at most `batches_in_flight_max` groups run at once: while
+    the limit is reached, new items wait and join the next group (a busier process makes bigger
+    groups). An item whose caller was cancelled before its group started is dropped. When the group
+    is done, `after_group` (if given) runs with the results of the items that succeeded, best
+    effort: a failure there is logged and changes no outcome."""
+
+    def __init__(
+        self,
+        work: GroupWork[T, U],
+        *,
+        batch_max: int,
+        batches_in_flight_max: int,
+        after_group: AfterGroup[U] | None = None,
+    ) -> None:
+        assert 1 <= batch_max <= BATCH_MAX_LIMIT, batch_max
+        assert 1 <= batches_in_flight_max <= BATCHES_IN_FLIGHT_LIMIT, batches_in_flight_max
+        self._work = work
+        self._after_group = after_group
+        self._batch_max = batch_max
+        self._batches_in_flight_max = batches_in_flight_max
+        self._batches_in_flight = 0
+        self._waiting: deque[_Waiting[T, U]] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(self, item: T) -> U:
+        loop = asyncio.get_running_loop()
+        waiting: _Waiting[T, U] = _Waiting(item, loop.create_future())
+        self._waiting.append(waiting)
+        # Start on the next turn of the loop, so that the tasks the worker started together (one
+        # claim) join one group rather than the first of them running alone.
+        loop.call_soon(self._start_groups)
+        return await waiting.outcome
+
+    def _start_groups(self) -> None:
+        while self._waiting and self._batches_in_flight < self._batches_in_flight_max:
+            group: list[_Waiting[T, U]] = []
+            while self._waiting and len(group) < self._batch_max:
+                waiting = self._waiting.popleft()
+                if not waiting.outcome.done():  # a caller cancelled while waiting is dropped
+                    group.append(waiting)
+            if not group:
+                return
+            self._batches_in_flight += 1
+            task = asyncio.create_task(self._run_group(group))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run_group(self, group: list[_Waiting[T, U]]) -> None:
+        succeeded: list[U] = []
+        try:
+            outcomes = await self._work([waiting.item for waiting in group])
+            assert len(outcomes) == len(group), "the work returns one outcome per item"
+            for waiting, outcome in zip(group, outcomes, strict=True):
+                if isinstance(outcome, Exception):
+                    _set_exception(waiting.outcome, outcome)
+                else:
+                    succeeded.append(outcome)
+                    if not waiting.outcome.done():
+                        waiting.outcome.set_result(outcome)
+        except Exception as exc:
+            for waiting in group:
+                _set_exception(waiting.outcome, exc)
+        except BaseException:
+            for waiting in group:
+                waiting.outcome.cancel()
+            raise
+        finally:
+            self._batches_in_flight -= 1
+            self._start_groups()
+        if self._after_group is not None and succeeded:
+            try:
+                await self._after_group(succeeded)
+            except Exception as exc:
+                log.warning("after-group step failed", error=repr(exc))
+
+
+@dataclass(eq=False, slots=True)
+class _Job(Generic[W]):
     ctx: JobContext
     item: W
-    outcome: asyncio.Future[R]
     # The span of the job's attempt (TRACING_ENABLED), linked from the shared transaction's span.
     trace: object | None = None
 
@@ -120,7 +219,8 @@ class SharedTransactions(Generic[W, R]):
     """Runs the work of concurrently running handlers of one worker in shared fenced transactions.
 
     A handler calls `await shared.run(ctx, item)` instead of opening `ctx.transaction()`; it gets its
-    own result, or raises its own exception (`LeaseLostError` when its lease was gone)."""
+    own result, or raises its own exception (`LeaseLostError` when its lease was gone). The grouping
+    is a `GroupRunner`'s."""
 
     def __init__(
         self,
@@ -131,109 +231,64 @@ class SharedTransactions(Generic[W, R]):
         batches_in_flight_max: int,
         after_commit: AfterCommit[R] | None = None,
     ) -> None:
-        assert 1 <= batch_max <= BATCH_MAX_LIMIT, batch_max
-        assert 1 <= batches_in_flight_max <= BATCHES_IN_FLIGHT_LIMIT, batches_in_flight_max
         self._pool = pool
         self._work = work
-        self._after_commit = after_commit
-        self._batch_max = batch_max
-        self._batches_in_flight_max = batches_in_flight_max
-        self._batches_in_flight = 0
-        self._waiting: deque[_Request[W, R]] = deque()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._groups: GroupRunner[_Job[W], R] = GroupRunner(
+            self._group, batch_max=batch_max, batches_in_flight_max=batches_in_flight_max,
+            after_group=after_commit,
+        )  # fmt: skip
 
     async def run(self, ctx: JobContext, item: W) -> R:
         """Do `item` for job `ctx` in a shared transaction that completes the job; its result."""
         if ctx.lease_lost.is_set():
             raise LeaseLostError(ctx.id)
-        request: _Request[W, R] = _Request(
-            ctx, item, asyncio.get_running_loop().create_future(), current_span_context()
-        )
-        self._waiting.append(request)
-        # Start on the next turn of the loop, so that the handlers the worker started together (one
-        # claim) join one group rather than the first of them running alone.
-        asyncio.get_running_loop().call_soon(self._start_batches)
-        return await request.outcome
+        return await self._groups.submit(_Job(ctx, item, current_span_context()))
 
-    def _start_batches(self) -> None:
-        while self._waiting and self._batches_in_flight < self._batches_in_flight_max:
-            group: list[_Request[W, R]] = []
-            while self._waiting and len(group) < self._batch_max:
-                request = self._waiting.popleft()
-                if not request.outcome.done():  # a caller cancelled while waiting is dropped
-                    group.append(request)
-            if not group:
-                return
-            self._batches_in_flight += 1
-            task = asyncio.create_task(self._run_group(group))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _run_group(self, group: list[_Request[W, R]]) -> None:
-        committed: list[R] = []
+    async def _group(self, group: list[_Job[W]]) -> list[R | Exception]:
         try:
-            outcomes = await self._transaction(group)
-            for request, outcome in zip(group, outcomes, strict=True):
-                if isinstance(outcome, Exception):
-                    _set_exception(request, outcome)
-                else:
-                    committed.append(outcome)
-                    if not request.outcome.done():
-                        request.outcome.set_result(outcome)
-        except Exception as exc:
-            for request in group:
-                request.ctx.completed_in_transaction = False  # nothing of the group committed
-                _set_exception(request, exc)
-        except BaseException:
-            for request in group:
-                request.outcome.cancel()
+            return await self._transaction(group)
+        except Exception:
+            for job in group:
+                job.ctx.completed_in_transaction = False  # nothing of the group committed
             raise
-        finally:
-            self._batches_in_flight -= 1
-            self._start_batches()
-        if self._after_commit is not None and committed:
-            try:
-                await self._after_commit(committed)
-            except Exception as exc:
-                log.warning("after-commit step of a shared transaction failed", error=repr(exc))
 
-    async def _transaction(self, group: list[_Request[W, R]]) -> list[R | Exception]:
+    async def _transaction(self, group: list[_Job[W]]) -> list[R | Exception]:
         """One shared transaction for `group`; retried from the start after a deadlock. Traced as a
         child of the first job's span (the task that started the group) linked to every job's."""
         if not tracing_enabled():
             return await self._transaction_attempts(group)
-        with trace_span("jobs.shared_transaction", {"jobs": len(group)}, linked=[r.trace for r in group]):
+        with trace_span("jobs.shared_transaction", {"jobs": len(group)}, linked=[j.trace for j in group]):
             return await self._transaction_attempts(group)
 
-    async def _transaction_attempts(self, group: list[_Request[W, R]]) -> list[R | Exception]:
+    async def _transaction_attempts(self, group: list[_Job[W]]) -> list[R | Exception]:
         for attempt in range(1, ATTEMPTS_MAX + 1):
             try:
                 return await self._attempt(group)
             except asyncpg.DeadlockDetectedError:
-                for request in group:
-                    request.ctx.completed_in_transaction = False  # rolled back
+                for job in group:
+                    job.ctx.completed_in_transaction = False  # rolled back
                 if attempt == ATTEMPTS_MAX:
                     raise
                 log.info("shared transaction deadlocked; retrying", jobs=len(group), attempt=attempt)
         raise AssertionError("unreachable")
 
-    async def _attempt(self, group: list[_Request[W, R]]) -> list[R | Exception]:
-        outcomes: dict[int, R | Exception] = {}  # by request identity, not job id
+    async def _attempt(self, group: list[_Job[W]]) -> list[R | Exception]:
+        outcomes: dict[int, R | Exception] = {}  # by the job's identity, not its id
         async with self._pool.acquire() as conn, conn.transaction():
-            held = await hold_leases(conn, [request.ctx for request in group])
+            held = await hold_leases(conn, [job.ctx for job in group])
             held_ids = {id(ctx) for ctx in held}
-            todo = [request for request in group if id(request.ctx) in held_ids]
-            results = await self._work(conn, [(request.ctx, request.item) for request in todo])
+            todo = [job for job in group if id(job.ctx) in held_ids]
+            results = await self._work(conn, [(job.ctx, job.item) for job in todo])
             assert len(results) == len(todo), "the work returns one outcome per job"
             succeeded = []
-            for request, result in zip(todo, results, strict=True):
-                outcomes[id(request)] = result
+            for job, result in zip(todo, results, strict=True):
+                outcomes[id(job)] = result
                 if not isinstance(result, Exception):
-                    succeeded.append(request.ctx)
+                    succeeded.append(job.ctx)
             await complete_all_in(conn, succeeded)
-        return [outcomes.get(id(request), LeaseLostError(request.ctx.id)) for request in group]
+        return [outcomes.get(id(job), LeaseLostError(job.ctx.id)) for job in group]
 
 
-def _set_exception(request: _Request[Any, Any], exc: BaseException) -> None:
-    if not request.outcome.done():
-        request.outcome.set_exception(exc)
+def _set_exception(outcome: asyncio.Future[Any], exc: BaseException) -> None:
+    if not outcome.done():
+        outcome.set_exception(exc)

@@ -15,12 +15,19 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 # Bounds of the admin settings, so a typo cannot hang a sandbox for a day.
 LATENCY_MS_MAX = 60_000
 HANG_MS_MAX = 300_000
+# How long an idle client connection is kept open: longer than the drivers keep theirs idle
+# (aiohttp's 15 s), so the client closes first. uvicorn's default (5 s) closes connections a quiet
+# worker keeps pooled, so each request after a pause would pay a new TCP connection on both sides,
+# and a server that closes first races a request already sent on that connection.
+KEEP_ALIVE_S = 75
 
 
 @dataclass
@@ -100,15 +107,15 @@ class ProviderSim:
         self.faults = Faults()
         self.counters.clear()
 
-    def install_admin(self, app: FastAPI, reset_state: Any) -> None:
-        @app.get("/_sandbox/faults")
-        async def get_faults() -> dict[str, Any]:
-            return asdict(self.faults)
+    def admin_routes(self, reset_state: Any) -> list[Route]:
+        """The routes that set and read the faults and counters (`reset_state` forgets the rest)."""
 
-        @app.post("/_sandbox/faults")
+        async def get_faults(request: Request) -> JSONResponse:
+            return JSONResponse(asdict(self.faults))
+
         async def set_faults(request: Request) -> JSONResponse:
-            changes = await request.json()
             try:
+                changes = await request.json()
                 if not isinstance(changes, dict):
                     raise ValueError("the body must be a JSON object of faults")
                 self.faults.update(changes)
@@ -116,23 +123,30 @@ class ProviderSim:
                 return JSONResponse({"error": "bad_faults", "message": str(exc)}, status_code=400)
             return JSONResponse(asdict(self.faults))
 
-        @app.get("/_sandbox/counters")
-        async def get_counters() -> dict[str, dict[str, int]]:
-            return {key: dict(values) for key, values in self.counters.items()}
+        async def get_counters(request: Request) -> JSONResponse:
+            return JSONResponse({key: dict(values) for key, values in self.counters.items()})
 
-        @app.post("/_sandbox/reset")
-        async def reset() -> dict[str, str]:
+        async def reset(request: Request) -> JSONResponse:
             self.reset()
             reset_state()
-            return {"status": "reset"}
+            return JSONResponse({"status": "reset"})
+
+        return [
+            Route("/_sandbox/faults", get_faults, methods=["GET"]),
+            Route("/_sandbox/faults", set_faults, methods=["POST"]),
+            Route("/_sandbox/counters", get_counters, methods=["GET"]),
+            Route("/_sandbox/reset", reset, methods=["POST"]),
+        ]
 
 
 def unavailable() -> JSONResponse:
     return JSONResponse({"error": "unavailable", "message": "injected fault"}, status_code=503)
 
 
-def serve(app: FastAPI, host: str, port: int) -> None:
+def serve(app: Starlette, host: str, port: int) -> None:
     """Serve a sandbox until interrupted (the `paymanager sandbox ...` commands)."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(
+        app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_S
+    )

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastapi import FastAPI, Header, Request
-from fastapi.responses import JSONResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from paymanager.sandbox._provider_sim import ProviderSim, unavailable
 
@@ -44,24 +46,20 @@ def _body(auth: Authorization) -> dict[str, object]:
     }
 
 
-def create_app(sim: ProviderSim | None = None) -> FastAPI:
+def create_app(sim: ProviderSim | None = None) -> Starlette:
     sim = sim or ProviderSim()
     state = CardState()
-    app = FastAPI(title="paymanager sandbox: card acquirer")
-    app.state.sim = sim
-    app.state.cards = state
-    sim.install_admin(app, state.reset)
 
-    @app.get("/_sandbox/authorizations/{key}")
-    async def get_authorization(key: str) -> JSONResponse:
+    async def get_authorization(request: Request) -> JSONResponse:
+        key = request.path_params["key"]
         found = state.authorizations.get(key)
         if found is None:
             return JSONResponse({"error": "not_found"}, status_code=404)
         return JSONResponse(_body(found))
 
-    @app.post("/v1/authorizations")
-    async def authorize(request: Request, idempotency_key: str | None = Header(default=None)) -> JSONResponse:
+    async def authorize(request: Request) -> JSONResponse:
         body = await request.json()
+        idempotency_key = request.headers.get("idempotency-key")
         if not idempotency_key:
             return JSONResponse({"error": "idempotency_key_required"}, status_code=400)
         token = str(body.get("token", ""))
@@ -84,8 +82,8 @@ def create_app(sim: ProviderSim | None = None) -> FastAPI:
         sim.count(idempotency_key, "authorizations_applied")
         return await sim.answer_or_hang(JSONResponse(_body(made), status_code=201))
 
-    @app.post("/v1/authorizations/{key}/capture")
-    async def capture(key: str) -> JSONResponse:
+    async def capture(request: Request) -> JSONResponse:
+        key = request.path_params["key"]
         sim.count(key, "capture_submissions")
         await sim.delay()
         if sim.should_fail():
@@ -100,8 +98,8 @@ def create_app(sim: ProviderSim | None = None) -> FastAPI:
             sim.count(key, "captures_applied")
         return await sim.answer_or_hang(JSONResponse(_body(seen)))
 
-    @app.post("/v1/authorizations/{key}/release")
-    async def release(key: str) -> JSONResponse:
+    async def release(request: Request) -> JSONResponse:
+        key = request.path_params["key"]
         sim.count(key, "release_submissions")
         await sim.delay()
         if sim.should_fail():
@@ -117,4 +115,15 @@ def create_app(sim: ProviderSim | None = None) -> FastAPI:
             sim.count(key, "releases_applied")
         return await sim.answer_or_hang(JSONResponse({**_body(seen), "found": seen.found}))
 
+    app = Starlette(
+        routes=[
+            *sim.admin_routes(state.reset),
+            Route("/_sandbox/authorizations/{key}", get_authorization, methods=["GET"]),
+            Route("/v1/authorizations", authorize, methods=["POST"]),
+            Route("/v1/authorizations/{key}/capture", capture, methods=["POST"]),
+            Route("/v1/authorizations/{key}/release", release, methods=["POST"]),
+        ]
+    )
+    app.state.sim = sim
+    app.state.cards = state
     return app

@@ -12,8 +12,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, Header, Request
-from fastapi.responses import JSONResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from paymanager.sandbox._provider_sim import ProviderSim, unavailable
 
@@ -56,15 +58,10 @@ def _debit_body(debit: Debit, card: Card | None) -> dict[str, Any]:
     }
 
 
-def create_app(sim: ProviderSim | None = None) -> FastAPI:
+def create_app(sim: ProviderSim | None = None) -> Starlette:
     sim = sim or ProviderSim()
     state = GiftCardState()
-    app = FastAPI(title="paymanager sandbox: Titreo gift cards")
-    app.state.sim = sim
-    app.state.giftcards = state
-    sim.install_admin(app, state.reset)
 
-    @app.post("/_sandbox/cards")
     async def put_cards(request: Request) -> JSONResponse:
         body = await request.json()
         cards = body.get("cards") if isinstance(body, dict) else None
@@ -74,24 +71,24 @@ def create_app(sim: ProviderSim | None = None) -> FastAPI:
             state.cards[str(item["card"])] = Card(int(item["balance"]), str(item.get("currency", "THB")))
         return JSONResponse({"cards": len(cards)})
 
-    @app.get("/_sandbox/cards/{card}")
-    async def get_card(card: str) -> JSONResponse:
+    async def get_card(request: Request) -> JSONResponse:
+        card = request.path_params["card"]
         found = state.cards.get(card)
         if found is None:
             return JSONResponse({"error": "card_not_found"}, status_code=404)
         return JSONResponse({"card": card, "balance": found.balance, "currency": found.currency})
 
-    @app.get("/v1/cards/{card}/balance")
-    async def balance(card: str) -> JSONResponse:
+    async def balance(request: Request) -> JSONResponse:
+        card = request.path_params["card"]
         await sim.delay()
         found = state.cards.get(card)
         if found is None:
             return JSONResponse({"error": "card_not_found"}, status_code=404)
         return JSONResponse({"card": card, "balance": found.balance, "currency": found.currency})
 
-    @app.post("/v1/debits")
-    async def debit(request: Request, idempotency_key: str | None = Header(default=None)) -> JSONResponse:
+    async def debit(request: Request) -> JSONResponse:
         body = await request.json()
+        idempotency_key = request.headers.get("idempotency-key")
         card_number = str(body.get("card", ""))
         if not idempotency_key:
             return JSONResponse({"error": "idempotency_key_required"}, status_code=400)
@@ -119,8 +116,8 @@ def create_app(sim: ProviderSim | None = None) -> FastAPI:
         sim.count(card_number, "debits_applied")
         return await sim.answer_or_hang(JSONResponse(_debit_body(made, card), status_code=201))
 
-    @app.post("/v1/debits/{key}/cancel")
-    async def cancel(key: str, request: Request) -> JSONResponse:
+    async def cancel(request: Request) -> JSONResponse:
+        key = request.path_params["key"]
         body = await request.json()
         card_number = str(body.get("card", ""))
         sim.count(card_number, "cancel_submissions")
@@ -142,4 +139,16 @@ def create_app(sim: ProviderSim | None = None) -> FastAPI:
             JSONResponse({"status": "cancelled", "debit_id": seen.debit_id, "debit_found": seen.found})
         )
 
+    app = Starlette(
+        routes=[
+            *sim.admin_routes(state.reset),
+            Route("/_sandbox/cards", put_cards, methods=["POST"]),
+            Route("/_sandbox/cards/{card}", get_card, methods=["GET"]),
+            Route("/v1/cards/{card}/balance", balance, methods=["GET"]),
+            Route("/v1/debits", debit, methods=["POST"]),
+            Route("/v1/debits/{key}/cancel", cancel, methods=["POST"]),
+        ]
+    )
+    app.state.sim = sim
+    app.state.giftcards = state
     return app

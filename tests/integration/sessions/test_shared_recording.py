@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
+from paymanager.application.ledger_ops import SessionSettlement
 from paymanager.application.sessions.recording import Apply, Record, apply_isolated
 from paymanager.application.sessions.store import SessionStore
 from paymanager.application.sessions.write_ahead import Locked, write_ahead
@@ -33,10 +34,11 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 def _mark(*, then_raise: Exception | None = None) -> Apply:
     """A record that writes its leg's `attempted_at`, then raises `then_raise` if given."""
 
-    async def apply(conn: Conn, leg_id: uuid.UUID) -> None:
-        await SessionStore(conn).mark_attempted(leg_id=leg_id, now=NOW)
+    async def apply(conn: Conn, locked: Locked, settlements: list[SessionSettlement]) -> Locked | None:
+        await SessionStore(conn).mark_attempted(leg_id=locked.leg.id, now=NOW)
         if then_raise is not None:
             raise then_raise
+        return None
 
     return apply
 
@@ -79,7 +81,7 @@ async def test_a_failing_record_is_undone_alone_and_the_others_commit(env: Env) 
         Record(legs[2], _mark()),
     ]
     async with env.pool.acquire() as conn, conn.transaction():
-        outcomes = await apply_isolated(conn, records)
+        outcomes = await apply_isolated(conn, env.sessions.payments.ledger, records)
     assert outcomes == [None, boom, None]
     assert await _attempted(env, legs) == [True, False, True]
 
@@ -88,7 +90,7 @@ async def test_every_record_failing_leaves_nothing_written(env: Env) -> None:
     legs = await _open_legs(env, 2)
     records = [Record(leg, _mark(then_raise=ValueError(f"fails {leg}"))) for leg in legs]
     async with env.pool.acquire() as conn, conn.transaction():
-        outcomes = await apply_isolated(conn, records)
+        outcomes = await apply_isolated(conn, env.sessions.payments.ledger, records)
     assert all(isinstance(outcome, ValueError) for outcome in outcomes)
     assert await _attempted(env, legs) == [False, False]
 
@@ -96,15 +98,16 @@ async def test_every_record_failing_leaves_nothing_written(env: Env) -> None:
 async def test_an_error_of_the_transaction_itself_fails_the_whole_group(env: Env) -> None:
     legs = await _open_legs(env, 2)
 
-    async def times_out(conn: Conn, leg_id: uuid.UUID) -> None:
-        await SessionStore(conn).mark_attempted(leg_id=leg_id, now=NOW)
+    async def times_out(conn: Conn, locked: Locked, settlements: list[SessionSettlement]) -> Locked | None:
+        await SessionStore(conn).mark_attempted(leg_id=locked.leg.id, now=NOW)
         await conn.execute("SET LOCAL statement_timeout = 1")
         await conn.execute("SELECT pg_sleep(1)")
+        return None
 
     records = [Record(legs[0], _mark()), Record(legs[1], times_out)]
     with pytest.raises(asyncpg.QueryCanceledError):
         async with env.pool.acquire() as conn, conn.transaction():
-            await apply_isolated(conn, records)
+            await apply_isolated(conn, env.sessions.payments.ledger, records)
     assert await _attempted(env, legs) == [False, False]
 
 

@@ -14,7 +14,7 @@ Each runs in three steps:
 
 CAPTURE_PSP skips step 1's lock and write: its leg was attempted by its authorisation, and a session
 that completed never changes again, so a read suffices to know the capture applies (step 3 checks
-again under the lock).
+again under the lock). The reads of the captures a worker starts at once are one statement.
 
 A success that arrives after the session ended (the expiry or a cancel won the race) is recorded
 and compensated at once: the loser's effects are undone, exactly once (one job per leg and action,
@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from paymanager.application.ledger_ops import SessionSettlement
 from paymanager.application.sessions import lifecycle
 from paymanager.application.sessions.context import Sessions
 from paymanager.application.sessions.outbox import (
@@ -45,10 +46,11 @@ from paymanager.application.sessions.ports import (
 )
 from paymanager.application.sessions.recording import Apply, Recorder
 from paymanager.application.sessions.store import Leg, SessionStore
-from paymanager.application.sessions.write_ahead import Locked, WriteAheads
-from paymanager.db.pool import Conn
+from paymanager.application.sessions.write_ahead import Locked, WriteAheads, locked_of
+from paymanager.db.pool import Conn, Pool
 from paymanager.domain.sessions import LegKind, LegStatus, SessionStatus, leg_transition
 from paymanager.jobs import JobContext, PermanentError
+from paymanager.jobs.batch import GroupRunner
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.sessions")
@@ -61,12 +63,40 @@ DEBIT_OP, AUTHORIZE_OP = "debit", "authorize"
 _Locked = Locked
 
 
+class _Peeks:
+    """The unlocked reads of the legs a worker's actions start at once, one statement per group."""
+
+    def __init__(self, pool: Pool, *, batch_max: int, batches_in_flight_max: int) -> None:
+        self._pool = pool
+        self._groups: GroupRunner[uuid.UUID, Locked] = GroupRunner(
+            self._read, batch_max=batch_max, batches_in_flight_max=batches_in_flight_max
+        )
+
+    async def peek(self, leg_id: uuid.UUID) -> Locked:
+        """The session and legs of `leg_id`, read without a lock (the caller checks again under it)."""
+        return await self._groups.submit(leg_id)
+
+    async def _read(self, leg_ids: list[uuid.UUID]) -> list[Locked | Exception]:
+        async with self._pool.acquire() as conn:
+            found = await SessionStore(conn).with_legs_of_legs(leg_ids=leg_ids)
+        outcomes: list[Locked | Exception] = []
+        for leg_id in leg_ids:
+            locked = locked_of(found, leg_id)
+            outcomes.append(
+                locked
+                if locked is not None
+                else PermanentError(f"checkout session leg {leg_id} does not exist")
+            )
+        return outcomes
+
+
 @dataclass(frozen=True, slots=True)
 class _Steps:
     """Steps 1 and 3 of every action, each grouped over the actions the worker runs at once."""
 
     write_aheads: WriteAheads
     recorder: Recorder
+    peeks: _Peeks
 
     async def prepare(self, leg_id: uuid.UUID, applies: Callable[[Locked], bool]) -> Locked | None:
         """Step 1: the locked session and leg when the action still applies (attempted_at written)."""
@@ -83,26 +113,6 @@ def _leg_id(ctx: JobContext) -> uuid.UUID:
         raise PermanentError(f"job {ctx.id} has no valid leg_id") from exc
 
 
-async def _lock(conn: Conn, leg_id: uuid.UUID) -> _Locked:
-    store = SessionStore(conn)
-    session = await store.lock_of_leg(leg_id=leg_id)
-    if session is None:
-        raise PermanentError(f"checkout session leg {leg_id} does not exist")
-    legs = await store.legs(session_id=session.id)
-    return _Locked(session, legs, next(leg for leg in legs if leg.id == leg_id))
-
-
-async def _peek(sessions: Sessions, leg_id: uuid.UUID) -> _Locked | None:
-    """The session and legs of `leg_id`, read without a lock (the caller checks again under it)."""
-    async with sessions.payments.pool.acquire() as conn:
-        store = SessionStore(conn)
-        session = await store.of_leg(leg_id=leg_id)
-        if session is None:
-            raise PermanentError(f"checkout session leg {leg_id} does not exist")
-        legs = await store.legs(session_id=session.id)
-    return _Locked(session, legs, next(leg for leg in legs if leg.id == leg_id))
-
-
 async def _set_leg(sessions: Sessions, conn: Conn, leg: Leg, target: LegStatus, **fields: str | None) -> Leg:
     leg_transition(leg.kind, leg.status, target)
     changed = await SessionStore(conn).set_leg_status(
@@ -113,31 +123,41 @@ async def _set_leg(sessions: Sessions, conn: Conn, leg: Leg, target: LegStatus, 
     return changed
 
 
-async def _record_first_step(sessions: Sessions, conn: Conn, locked: _Locked, outcome: Outcome) -> None:
-    """Step 3 of a debit or an authorisation: the leg moves, then the session."""
+async def _record_first_step(
+    sessions: Sessions,
+    conn: Conn,
+    locked: _Locked,
+    outcome: Outcome,
+    settlements: list[SessionSettlement],
+) -> _Locked | None:
+    """Step 3 of a debit or an authorisation: the leg moves, then the session; the session and legs
+    as they now stand, or None after the session's end (which moves its other legs too)."""
     leg = locked.leg
     if leg.status is not LegStatus.PENDING:
-        return  # a compensation ended it first; the provider refused or undid this call by its key
+        return locked  # a compensation ended it first; the provider refused or undid this call by its key
     if isinstance(outcome, Declined):
         failed = await _set_leg(
             sessions, conn, leg, LegStatus.FAILED, reason=f"{outcome.code}: {outcome.message}"
         )
-        if locked.session.status is SessionStatus.PROCESSING:
-            await lifecycle.end(
-                sessions, conn, locked.session, locked.replaced(failed), SessionStatus.FAILED,
-                reason=f"the {leg.kind.value} leg was declined: {outcome.code}",
-            )  # fmt: skip
-        return
+        if locked.session.status is not SessionStatus.PROCESSING:
+            return locked.moved(failed)
+        await lifecycle.end(
+            sessions, conn, locked.session, locked.replaced(failed), SessionStatus.FAILED,
+            reason=f"the {leg.kind.value} leg was declined: {outcome.code}",
+        )  # fmt: skip
+        return None
     success = LegStatus.CAPTURED if leg.kind is LegKind.GIFT_CARD else LegStatus.AUTHORIZED
     done = await _set_leg(sessions, conn, leg, success, provider_ref=outcome.reference)
     if locked.session.status is SessionStatus.PROCESSING:
-        await lifecycle.advance(sessions, conn, locked.session, locked.replaced(done))
-    else:
-        log.info(
-            "leg succeeded after its session ended; compensating",
-            session_id=str(locked.session.id), leg_id=str(leg.id), status=locked.session.status.value,
-        )  # fmt: skip
-        await lifecycle.compensate_late(sessions, conn, done)
+        now = locked.moved(done)
+        advanced = await lifecycle.advance(sessions, conn, locked.session, now.legs, settlements)
+        return _Locked(advanced, now.legs, done)
+    log.info(
+        "leg succeeded after its session ended; compensating",
+        session_id=str(locked.session.id), leg_id=str(leg.id), status=locked.session.status.value,
+    )  # fmt: skip
+    await lifecycle.compensate_late(sessions, conn, done)
+    return locked.moved(done)
 
 
 def _first_step_applies(locked: _Locked) -> bool:
@@ -145,8 +165,8 @@ def _first_step_applies(locked: _Locked) -> bool:
 
 
 def _first_step(sessions: Sessions, outcome: Outcome) -> Apply:
-    async def apply(conn: Conn, leg_id: uuid.UUID) -> None:
-        await _record_first_step(sessions, conn, await _lock(conn, leg_id), outcome)
+    async def apply(conn: Conn, locked: _Locked, settlements: list[SessionSettlement]) -> _Locked | None:
+        return await _record_first_step(sessions, conn, locked, outcome, settlements)
 
     return apply
 
@@ -187,7 +207,7 @@ def capture_psp_handler(sessions: Sessions, acquirer: CardAcquirer, steps: _Step
 
     async def handle(ctx: JobContext) -> None:
         leg_id = _leg_id(ctx)
-        found = await _peek(sessions, leg_id)
+        found: _Locked | None = await steps.peeks.peek(leg_id)
         if found is not None and found.leg.attempted_at is None:
             # Not attempted (it cannot be, once authorised): the write-ahead comes first, as for others.
             found = await steps.prepare(leg_id, applies)
@@ -201,10 +221,12 @@ def capture_psp_handler(sessions: Sessions, acquirer: CardAcquirer, steps: _Step
             raise PermanentError(f"the acquirer refused the capture of leg {leg_id}: {outcome.code}")
         reference = outcome.reference
 
-        async def apply(conn: Conn, leg_id: uuid.UUID) -> None:
-            now = await _lock(conn, leg_id)
-            if applies(now):
+        async def apply(conn: Conn, now: _Locked, settlements: list[SessionSettlement]) -> _Locked:
+            if not applies(now):
+                return now
+            return now.moved(
                 await _set_leg(sessions, conn, now.leg, LegStatus.CAPTURED, provider_ref=reference)
+            )
 
         await steps.record(ctx, leg_id, apply)
 
@@ -229,10 +251,10 @@ def _record_undo(
         raise PermanentError(f"the provider refused the compensation of leg {leg_id}: {outcome.code}")
     reference = outcome.reference
 
-    async def apply(conn: Conn, leg_id: uuid.UUID) -> None:
-        now = await _lock(conn, leg_id)
-        if _undo_applies(moved)(now):
-            await _set_leg(sessions, conn, now.leg, target, provider_ref=reference)
+    async def apply(conn: Conn, now: _Locked, settlements: list[SessionSettlement]) -> _Locked:
+        if not _undo_applies(moved)(now):
+            return now
+        return now.moved(await _set_leg(sessions, conn, now.leg, target, provider_ref=reference))
 
     return apply
 
@@ -280,7 +302,8 @@ def action_handlers(sessions: Sessions) -> dict[str, Handler]:
     # One set of groups for every action kind: a debit and an authorisation of one session share them.
     steps = _Steps(
         WriteAheads(payments.pool, payments.clock, batch_max=batch_max, batches_in_flight_max=in_flight),
-        Recorder(payments.pool, batch_max=batch_max, batches_in_flight_max=in_flight),
+        Recorder(payments.pool, payments.ledger, batch_max=batch_max, batches_in_flight_max=in_flight),
+        _Peeks(payments.pool, batch_max=batch_max, batches_in_flight_max=in_flight),
     )
     return {
         DEBIT_GIFT: debit_gift_handler(sessions, gift, steps),

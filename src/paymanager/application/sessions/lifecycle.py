@@ -8,8 +8,9 @@ the others find the session moved on:
   AUTHORIZE_PSP for the card leg), so the legs' provider calls run in parallel;
 - `advance` (a leg captured or authorised): `complete` once every gift leg is captured and the card
   is held;
-- `complete`: processing -> completed, the ledger's record of the merchant's settlement and the fee,
-  CAPTURE_PSP for the held card, the merchant's `session.completed`;
+- `complete`: processing -> completed, CAPTURE_PSP for the held card, the merchant's
+  `session.completed`, and the ledger's record of the merchant's settlement and the fee, which the
+  caller writes with the others of its transaction (recording.py: one ledger batch per group);
 - `end` (a refused leg, a cancel, the expiry): the terminal status, and in the same transaction the
   compensations: CANCEL_GIFT for each captured gift leg, RELEASE_HOLD for the held card, and the same
   for a leg whose call was made but whose outcome is unknown (the provider undoes it by its key);
@@ -72,18 +73,33 @@ async def begin(sessions: Sessions, conn: Conn, session: Session, legs: list[Leg
     return updated
 
 
-async def advance(sessions: Sessions, conn: Conn, session: Session, legs: list[Leg]) -> Session:
+async def advance(
+    sessions: Sessions,
+    conn: Conn,
+    session: Session,
+    legs: list[Leg],
+    settlements: list[ledger_ops.SessionSettlement],
+) -> Session:
     """After a leg of a locked processing session was captured or authorised: `complete` once every
     gift leg is captured and the card (if any) is held; else nothing yet."""
     assert session.status is SessionStatus.PROCESSING
     done = {LegKind.GIFT_CARD: LegStatus.CAPTURED, LegKind.CARD: LegStatus.AUTHORIZED}
     if any(leg.status is not done[leg.kind] for leg in legs):
         return session
-    return await complete(sessions, conn, session, legs)
+    return await complete(sessions, conn, session, legs, settlements)
 
 
-async def complete(sessions: Sessions, conn: Conn, session: Session, legs: list[Leg]) -> Session:
-    """Every gift leg captured and the card held: the session is completed and the merchant paid."""
+async def complete(
+    sessions: Sessions,
+    conn: Conn,
+    session: Session,
+    legs: list[Leg],
+    settlements: list[ledger_ops.SessionSettlement],
+) -> Session:
+    """Every gift leg captured and the card held: the session is completed and the merchant paid.
+    The ledger's record is appended to `settlements`: the caller writes it in the same transaction
+    (`ledger_ops.record_session_settlements`), last, because it locks the merchant's and the
+    funding account's rows until the commit and every completion paying them queues behind it."""
     session_transition(session.status, SessionStatus.COMPLETED)
     payments = sessions.payments
     now = payments.clock()
@@ -95,16 +111,16 @@ async def complete(sessions: Sessions, conn: Conn, session: Session, legs: list[
         if leg.kind is LegKind.CARD and leg.status is LegStatus.AUTHORIZED:
             await _enqueue(sessions, conn, CAPTURE_PSP, leg.id)
     await sessions.notifier.emit(conn, updated, legs)
-    # The ledger comes last: it locks the merchant's and the funding account's rows until the commit,
-    # and every completion paying the same merchant queues behind that lock.
-    await ledger_ops.record_session_settlement(
-        payments.ledger, conn, session_id=session.id, currency_code=session.currency,
-        source_account_id=payments.system_account(SystemAccount.FUNDING, session.currency),
-        merchant_account_id=session.merchant_account_id,
-        fee_account_id=payments.system_account(
-            SystemAccount.FEES, session.currency, session.id.int % FEE_SHARDS
-        ),
-        amount=session.amount, fee=session.fee,
+    settlements.append(
+        ledger_ops.SessionSettlement(
+            session_id=session.id, currency_code=session.currency,
+            source_account_id=payments.system_account(SystemAccount.FUNDING, session.currency),
+            merchant_account_id=session.merchant_account_id,
+            fee_account_id=payments.system_account(
+                SystemAccount.FEES, session.currency, session.id.int % FEE_SHARDS
+            ),
+            amount=session.amount, fee=session.fee,
+        )
     )  # fmt: skip
     return updated
 

@@ -36,6 +36,21 @@ SELECT s.* FROM checkout_session s
  ORDER BY s.id
    FOR UPDATE OF s;
 
+-- name: session_legs_of_legs
+-- The sessions of legs $1 and all their legs, not locked (a check made again under the lock before
+-- anything is written), in one statement: a row per leg, the session's columns beside the leg's
+-- (named leg_*), ordered by session id then position. Not for a locked read: a statement that waited
+-- for a session's lock would see that session's legs as they were before the wait.
+SELECT s.*,
+       l.id AS leg_id, l.session_id AS leg_session_id, l.position AS leg_position,
+       l.kind AS leg_kind, l.status AS leg_status, l.amount AS leg_amount,
+       l.instrument AS leg_instrument, l.attempted_at AS leg_attempted_at,
+       l.provider_ref AS leg_provider_ref, l.failure_reason AS leg_failure_reason,
+       l.updated_at AS leg_updated_at
+  FROM checkout_session s JOIN checkout_session_leg l ON l.session_id = s.id
+ WHERE s.id IN (SELECT session_id FROM checkout_session_leg WHERE id = ANY ($1::uuid[]))
+ ORDER BY s.id, l.position;
+
 -- name: legs_of_session
 SELECT * FROM checkout_session_leg WHERE session_id = $1 ORDER BY position;
 

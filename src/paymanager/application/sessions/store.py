@@ -88,6 +88,45 @@ class Leg:
             updated_at=row["updated_at"],
         )
 
+    @classmethod
+    def from_joined_row(cls, row: asyncpg.Record) -> Leg:
+        """A leg from a row that joined it to its session (its columns named leg_*)."""
+        return cls(
+            id=row["leg_id"],
+            session_id=row["leg_session_id"],
+            position=row["leg_position"],
+            kind=LegKind(row["leg_kind"]),
+            status=LegStatus(row["leg_status"]),
+            amount=row["leg_amount"],
+            instrument=row["leg_instrument"],
+            attempted_at=row["leg_attempted_at"],
+            provider_ref=row["leg_provider_ref"],
+            failure_reason=row["leg_failure_reason"],
+            updated_at=row["leg_updated_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLegs:
+    """A session and its legs in position order, as one statement read them."""
+
+    session: Session
+    legs: list[Leg]
+
+
+def _by_leg(rows: list[asyncpg.Record]) -> dict[uuid.UUID, SessionLegs]:
+    """Rows of a session joined to a leg, ordered by session then position -> each leg's id to its
+    session's."""
+    found: dict[uuid.UUID, SessionLegs] = {}
+    current: SessionLegs | None = None
+    for row in rows:
+        leg = Leg.from_joined_row(row)
+        if current is None or current.session.id != leg.session_id:
+            current = SessionLegs(Session.from_row(row), [])
+        current.legs.append(leg)
+        found[leg.id] = current
+    return found
+
 
 @dataclass(frozen=True, slots=True)
 class NewSession:
@@ -167,6 +206,24 @@ class SessionStore:
     async def lock_of_legs(self, *, leg_ids: list[uuid.UUID]) -> list[Session]:
         """Lock the sessions of `leg_ids` in id order (a group's locks, taken before its work)."""
         return [Session.from_row(row) for row in await self._conn.fetch(Q["session_lock_of_legs"], leg_ids)]
+
+    async def lock_with_legs_of_legs(self, *, leg_ids: list[uuid.UUID]) -> dict[uuid.UUID, SessionLegs]:
+        """Lock the sessions of `leg_ids` in id order, then read their legs; by leg id, for every leg
+        of those sessions (a leg that does not exist is absent). Two statements: the legs are read
+        after the locks are held, so they are as the last holder of a lock left them."""
+        sessions = {s.id: s for s in await self.lock_of_legs(leg_ids=leg_ids)}
+        found: dict[uuid.UUID, SessionLegs] = {}
+        read: SessionLegs | None = None
+        for leg in await self.legs_of_sessions(session_ids=list(sessions)):
+            if read is None or read.session.id != leg.session_id:
+                read = SessionLegs(sessions[leg.session_id], [])
+            read.legs.append(leg)
+            found[leg.id] = read
+        return found
+
+    async def with_legs_of_legs(self, *, leg_ids: list[uuid.UUID]) -> dict[uuid.UUID, SessionLegs]:
+        """The sessions of `leg_ids` with their legs, not locked, in ONE statement; by leg id."""
+        return _by_leg(await self._conn.fetch(Q["session_legs_of_legs"], leg_ids))
 
     async def legs_of_sessions(self, *, session_ids: list[uuid.UUID]) -> list[Leg]:
         return [Leg.from_row(row) for row in await self._conn.fetch(Q["legs_of_sessions"], session_ids)]

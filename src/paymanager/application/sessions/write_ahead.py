@@ -2,30 +2,29 @@
 
 Before an action calls its provider, its leg's `attempted_at` is committed under the session's lock,
 if the action still applies (actions.py). The actions a worker starts at once do this together: ONE
-transaction locks their sessions in id order (the order every group takes them), reads all their
-legs in one statement, checks each action, marks every leg that goes ahead in one statement and
-commits; each caller then gets its session and leg, or None when its action no longer applies. The
-guarantee is the single action's: nothing is called before its leg's mark is committed, and a
+transaction locks their sessions in id order (the order every group takes them) in one statement,
+reads all their legs in a second, checks each action, marks every leg that goes ahead in a third and
+commits; each caller then gets its session and leg, or None when its action no longer applies.
+The guarantee is the single action's: nothing is called before its leg's mark is committed, and a
 session that ended first (the lock decides) makes its actions not apply.
 
-A group is started on the loop's next turn (the actions one claim started join it), at most
-`batch_max` legs each and `batches_in_flight_max` at once; while the limit is reached, new requests
-wait and join the next group. An error of the group's transaction reaches every caller of the group
-(nothing of it committed, no call made); a leg that does not exist fails its caller alone.
+The grouping is `paymanager.jobs.batch.GroupRunner`'s: a group starts on the loop's next turn (the
+actions one claim started join it), at most `batch_max` legs each and `batches_in_flight_max` at
+once. An error of the group's transaction reaches every caller of the group (nothing of it
+committed, no call made); a leg that does not exist fails its caller alone.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from paymanager.application.sessions.store import Leg, Session, SessionStore
+from paymanager.application.sessions.store import Leg, Session, SessionLegs, SessionStore
 from paymanager.db.pool import Conn, Pool
 from paymanager.jobs import PermanentError
+from paymanager.jobs.batch import GroupRunner
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +38,20 @@ class Locked:
     def replaced(self, leg: Leg) -> list[Leg]:
         return [leg if other.id == leg.id else other for other in self.legs]
 
+    def moved(self, leg: Leg) -> Locked:
+        """The view after `leg` (one of the session's) changed."""
+        return Locked(self.session, self.replaced(leg), leg)
+
+
+def locked_of(found: dict[uuid.UUID, SessionLegs], leg_id: uuid.UUID) -> Locked | None:
+    """The view of `leg_id` in a read of sessions with their legs; None when the leg was not found."""
+    read = found.get(leg_id)
+    if read is None:
+        return None
+    return Locked(read.session, read.legs, next(leg for leg in read.legs if leg.id == leg_id))
+
 
 Applies = Callable[[Locked], bool]
-
-
-@dataclass(eq=False, slots=True)
-class _Request:
-    leg_id: uuid.UUID
-    applies: Applies
-    outcome: asyncio.Future[Locked | None]
 
 
 async def write_ahead(
@@ -56,20 +60,14 @@ async def write_ahead(
     """On `conn`'s open transaction: per request, its locked view when its action applies (its leg
     then marked attempted at `now`), None when it does not, or the error of a leg that is missing."""
     store = SessionStore(conn)
-    sessions = {s.id: s for s in await store.lock_of_legs(leg_ids=[leg_id for leg_id, _ in requests])}
-    legs_by_session: dict[uuid.UUID, list[Leg]] = {}
-    for leg in await store.legs_of_sessions(session_ids=list(sessions)):
-        legs_by_session.setdefault(leg.session_id, []).append(leg)
-    by_id = {leg.id: leg for legs in legs_by_session.values() for leg in legs}
+    found = await store.lock_with_legs_of_legs(leg_ids=[leg_id for leg_id, _ in requests])
     outcomes: list[Locked | Exception | None] = []
     marked: list[uuid.UUID] = []
     for leg_id, applies in requests:
-        found = by_id.get(leg_id)
-        if found is None:
+        locked = locked_of(found, leg_id)
+        if locked is None:
             outcomes.append(PermanentError(f"checkout session leg {leg_id} does not exist"))
-            continue
-        locked = Locked(sessions[found.session_id], legs_by_session[found.session_id], found)
-        if applies(locked):
+        elif applies(locked):
             marked.append(leg_id)
             outcomes.append(locked)
         else:
@@ -87,54 +85,14 @@ class WriteAheads:
     ) -> None:
         self._pool = pool
         self._clock = clock
-        self._batch_max = batch_max
-        self._batches_in_flight_max = batches_in_flight_max
-        self._batches_in_flight = 0
-        self._waiting: deque[_Request] = deque()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._groups: GroupRunner[tuple[uuid.UUID, Applies], Locked | None] = GroupRunner(
+            self._run, batch_max=batch_max, batches_in_flight_max=batches_in_flight_max
+        )
 
     async def prepare(self, leg_id: uuid.UUID, applies: Applies) -> Locked | None:
         """The locked view of `leg_id` with its mark committed when the action applies, else None."""
-        loop = asyncio.get_running_loop()
-        request = _Request(leg_id, applies, loop.create_future())
-        self._waiting.append(request)
-        loop.call_soon(self._start_batches)
-        return await request.outcome
+        return await self._groups.submit((leg_id, applies))
 
-    def _start_batches(self) -> None:
-        while self._waiting and self._batches_in_flight < self._batches_in_flight_max:
-            group: list[_Request] = []
-            while self._waiting and len(group) < self._batch_max:
-                request = self._waiting.popleft()
-                if not request.outcome.done():  # a caller cancelled while waiting is dropped
-                    group.append(request)
-            if not group:
-                return
-            self._batches_in_flight += 1
-            task = asyncio.create_task(self._run(group))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _run(self, group: list[_Request]) -> None:
-        try:
-            async with self._pool.acquire() as conn, conn.transaction():
-                outcomes = await write_ahead(conn, [(r.leg_id, r.applies) for r in group], self._clock())
-        except Exception as exc:
-            for request in group:
-                if not request.outcome.done():
-                    request.outcome.set_exception(exc)
-        except BaseException:
-            for request in group:
-                request.outcome.cancel()
-            raise
-        else:
-            for request, outcome in zip(group, outcomes, strict=True):
-                if request.outcome.done():
-                    continue
-                if isinstance(outcome, Exception):
-                    request.outcome.set_exception(outcome)
-                else:
-                    request.outcome.set_result(outcome)
-        finally:
-            self._batches_in_flight -= 1
-            self._start_batches()
+    async def _run(self, group: list[tuple[uuid.UUID, Applies]]) -> list[Locked | Exception | None]:
+        async with self._pool.acquire() as conn, conn.transaction():
+            return await write_ahead(conn, group, self._clock())
