@@ -27,7 +27,7 @@ $(BIN)/.installed-bench: $(BIN)/.installed
 
 ## run: every role on the embedded PostgreSQL (unless DATABASE_URL is set), migrating first.
 run: $(BIN)/.installed
-	WORKER_ROLES=$${WORKER_ROLES:-all} $(BIN)/paymanager run --migrate --demo
+	WORKER_ROLES=$${WORKER_ROLES:-all} PSP_NAMES=$${PSP_NAMES:-ipps,qp,wise} $(BIN)/paymanager run --migrate --demo
 
 ## test: lint, type check and the whole suite on both cores.
 test: lint typecheck chromium

@@ -34,7 +34,8 @@ from paymanager.application.intents.settle import FinishPlan, finish, finish_man
 from paymanager.application.intents.store import Intent, IntentStore
 from paymanager.application.psp.store import PspStore, PspTx
 from paymanager.db.pool import Conn
-from paymanager.domain.errors import DomainError
+from paymanager.domain.channels import PAYOUT_CHANNEL_PSPS
+from paymanager.domain.errors import DomainError, PspNotServedError
 from paymanager.domain.intents import IntentStatus, transition
 from paymanager.domain.psp import PspOutcome, PspState, mask, state_of
 from paymanager.jobs import JobContext, PermanentError, RateLimitedError, enqueue
@@ -50,7 +51,7 @@ PAYOUT_KIND = "psp.payout"
 # A payout job is retried by the engine only after an unexpected error or a lost worker; the PSP's
 # own faults are counted in psp_tx.attempts and end in MANUAL_REVIEW.
 PAYOUT_MAX_ATTEMPTS = 25
-PAYOUT_CHANNELS = {"ipps-transfer": "ipps"}
+PAYOUT_CHANNELS = PAYOUT_CHANNEL_PSPS
 # The longest wait between two tries of one step, whatever PSP_MAX_RETRIES.
 RETRY_DELAY_MAX_MS = 60_000
 
@@ -68,6 +69,17 @@ def beneficiary_of(intent: Intent) -> str:
     account id (a payout to the user's linked bank account)."""
     value = intent.metadata.get("beneficiary_account")
     return str(value)[:64] if value else str(intent.payer_account_id)
+
+
+def check_psp_served(payments: Payments, channel: str) -> None:
+    """Refuse a payout channel whose PSP is not in PSP_NAMES: its payout would wait in a queue no
+    psp-worker serves, its funds held, until someone noticed."""
+    psp = PAYOUT_CHANNELS.get(channel)
+    if psp is not None and psp not in payments.settings.psp_names:
+        raise PspNotServedError(
+            f"channel {channel} pays out through {psp}, which this deployment does not serve (PSP_NAMES)",
+            {"channel": channel, "psp": psp, "served": list(payments.settings.psp_names)},
+        )
 
 
 async def enqueue_payout(payments: Payments, conn: Conn, tx: PspTx) -> bool:

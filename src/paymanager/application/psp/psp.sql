@@ -63,9 +63,9 @@ SELECT t.* FROM psp_tx t JOIN intent i ON i.id = t.intent_id
  LIMIT $1;
 
 -- name: payout_intents_without_tx
--- Confirmed payouts (confirmed before PSP transactions existed) without a PSP transaction.
+-- Confirmed payouts (channels $2; confirmed before PSP transactions existed) without a PSP transaction.
 SELECT i.id FROM intent i
- WHERE i.status = 'confirmed' AND i.channel = 'ipps-transfer'
+ WHERE i.status = 'confirmed' AND i.channel = ANY ($2::text[])
    AND NOT EXISTS (SELECT 1 FROM psp_tx t WHERE t.intent_id = i.id)
  LIMIT $1;
 

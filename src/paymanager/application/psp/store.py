@@ -11,6 +11,7 @@ import asyncpg
 
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
+from paymanager.domain.channels import PAYOUT_CHANNEL_PSPS
 from paymanager.domain.psp import PspState, mask
 
 Q = load_queries("paymanager.application.psp", "psp.sql")
@@ -220,7 +221,8 @@ class PspStore:
         return [PspTx.from_row(r) for r in await self._conn.fetch(Q["psp_tx_terminal_unsettled"], limit)]
 
     async def payout_intents_without_tx(self, *, limit: int) -> list[uuid.UUID]:
-        return [r["id"] for r in await self._conn.fetch(Q["payout_intents_without_tx"], limit)]
+        rows = await self._conn.fetch(Q["payout_intents_without_tx"], limit, list(PAYOUT_CHANNEL_PSPS))
+        return [r["id"] for r in rows]
 
     async def put_config(self, *, psp: str, key_id: str, ciphertext: bytes) -> None:
         await self._conn.execute(Q["psp_config_upsert"], psp, key_id, ciphertext)
