@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from paymanager.application import ledger_ops
+from paymanager.application.psp.store import PspStore
 from paymanager.domain.channels import SystemAccount
 from tests.integration.psp.conftest import PayoutApi, StartPayoutApi
 from tests.support.signed_client import SignedClient
@@ -291,3 +292,57 @@ async def test_a_payout_read_while_it_settles_shows_its_intent_and_transfer_from
     finally:
         await pool.release(peer)
     assert (view["status"], view["psp"]["state"]) in {("confirmed", "NEW"), ("settled", "COMPLETED")}
+
+
+# What a payout job finds after a crash at each point of the write-ahead, written as that crash left it.
+LEFT_BY_A_CRASH = {
+    # The folded load committed QUERY_PENDING, then the worker died before the check's answer.
+    "QUERY_PENDING": ["UPDATE psp_tx SET state = 'QUERY_PENDING', version = version + 1 WHERE id = $1"],
+    # An older release committed QUERIED and CONFIRM_PENDING apart, and died between them.
+    "QUERIED": [
+        "UPDATE psp_tx SET state = 'QUERY_PENDING', version = version + 1 WHERE id = $1",
+        "UPDATE psp_tx SET state = 'QUERIED', version = version + 1, query_ref = 'q-' || id WHERE id = $1",
+    ],
+}
+
+
+@pytest.mark.parametrize("found", sorted(LEFT_BY_A_CRASH))
+async def test_a_payout_found_part_way_goes_on_from_there_and_sends_once(
+    start_payout_api: StartPayoutApi, found: str
+) -> None:
+    waiting = await start_payout_api(worker_roles="api,outbox-worker")  # no psp-worker: it stays NEW
+    payer = await waiting.funded_account(100_000)
+    intent_id = await waiting.payout(payer, 5_000)
+    tx = await waiting.tx(intent_id)
+    async with waiting.payments.pool.acquire() as conn:
+        for statement in LEFT_BY_A_CRASH[found]:
+            await conn.execute(statement, tx["id"])
+    working = await start_payout_api()
+    settled = await working.wait_status(intent_id, {"settled", "failed"})
+    assert (settled["status"], settled["psp"]["state"]) == ("settled", "COMPLETED")
+    assert working.sandbox.submissions() == {str(tx["id"]): 1}
+
+
+async def test_the_folded_moves_commit_each_state_and_leave_a_moved_transaction_alone(
+    start_payout_api: StartPayoutApi,
+) -> None:
+    api = await start_payout_api(worker_roles="api,outbox-worker")
+    payer = await api.funded_account(100_000)
+    tx_id = (await api.tx(await api.payout(payer, 5_000)))["id"]
+    async with api.payments.pool.acquire() as conn:
+        store = PspStore(conn)
+        started = await store.get_started(tx_id=tx_id)
+        assert started is not None
+        assert (started.state.value, started.version) == ("QUERY_PENDING", 2)
+        again = await store.get_started(tx_id=tx_id)  # not NEW any more: read as it is
+        assert again == started
+        confirming = await store.query_accepted(tx=started, query_ref="q-1")
+        assert confirming is not None
+        assert (confirming.state.value, confirming.version, confirming.query_ref) == (
+            "CONFIRM_PENDING",
+            4,
+            "q-1",
+        )
+        assert await store.query_accepted(tx=started, query_ref="q-2") is None  # a stale view moves nothing
+        row = await conn.fetchrow("SELECT state, version, query_ref FROM psp_tx WHERE id = $1", tx_id)
+    assert dict(row) == {"state": "CONFIRM_PENDING", "version": 4, "query_ref": "q-1"}
