@@ -27,7 +27,7 @@ $(BIN)/.installed-bench: $(BIN)/.installed
 
 ## run: every role on the embedded PostgreSQL (unless DATABASE_URL is set), migrating first.
 run: $(BIN)/.installed
-	WORKER_ROLES=$${WORKER_ROLES:-all} $(BIN)/paymanager run --migrate --demo
+	WORKER_ROLES=$${WORKER_ROLES:-all} PSP_NAMES=$${PSP_NAMES:-ipps,qp,wise} $(BIN)/paymanager run --migrate --demo
 
 ## test: lint, type check and the whole suite on both cores.
 test: lint typecheck chromium
@@ -40,9 +40,10 @@ lint: $(BIN)/.installed
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
-## chaos: the chaos suites at five times the scale CI runs them (kills, outages, restarts).
+## chaos: the chaos suites at five times the scale CI runs them (kills, outages, restarts), and the
+## PSP payouts at the issue's 500 (2 psp-workers, random faults; CI runs 40).
 chaos: $(BIN)/.installed
-	CHAOS_SCALE=$${CHAOS_SCALE:-5} $(BIN)/pytest tests/chaos -q -s
+	CHAOS_SCALE=$${CHAOS_SCALE:-5} CHAOS_PSP_PAYOUTS=$${CHAOS_PSP_PAYOUTS:-500} $(BIN)/pytest tests/chaos -q -s
 
 ## test-tigerbeetle: only the TigerBeetle half of the tests `make test` runs on both ledgers (the
 ## conformance suite, the model, the payments tests), each test process on a replica of its own.

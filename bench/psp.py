@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 
 import asyncpg
 import httpx
@@ -47,6 +48,7 @@ from paymanager.sandbox.psp import config_for
 
 SERVER = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 PAYERS = 64
+WAIT_SAMPLE_S = 0.01
 
 
 async def fresh_database() -> str:
@@ -60,6 +62,38 @@ async def fresh_database() -> str:
     await enable_statements(conn)
     await conn.close()
     return url
+
+
+async def sample_waits(url: str, stop: asyncio.Event) -> tuple[int, Counter[str]]:
+    """What the bench database's backends do, every WAIT_SAMPLE_S until `stop`: samples taken and, per
+    state or wait event (and per statement waiting on a lock), the backends seen in it."""
+    seen: Counter[str] = Counter()
+    taken = 0
+    conn = await asyncpg.connect(url)
+    try:
+        while not stop.is_set():
+            rows = await conn.fetch(
+                "SELECT state, wait_event_type, wait_event, left(query, 60) AS q FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend'"
+            )
+            taken += 1
+            for row in rows:
+                if row["state"] != "active":
+                    seen[f"{row['state']}"] += 1
+                    continue
+                seen[f"active {row['wait_event_type'] or 'CPU'}:{row['wait_event'] or '-'}"] += 1
+                if row["wait_event_type"] == "Lock":
+                    seen[f"  lock wait in: {' '.join(row['q'].split())}"] += 1
+            await asyncio.sleep(WAIT_SAMPLE_S)
+    finally:
+        await conn.close()
+    return taken, seen
+
+
+def report_waits(taken: int, seen: Counter[str]) -> str:
+    lines = [f"    {count / max(taken, 1):6.2f}  {what}" for what, count in seen.most_common(14)]
+    return f"  backends per sample ({taken} samples), by state and wait event:\n" + "\n".join(lines)
 
 
 async def drop(url: str) -> None:
@@ -136,8 +170,9 @@ async def start_sandbox() -> tuple[str, subprocess.Popen[bytes]]:
 
 
 async def one_run(
-    workers: int, payouts: int, latency_ms: int, concurrency: int, profile: str | None, statements: bool
-) -> dict[str, object]:
+    workers: int, payouts: int, latency_ms: int, concurrency: int, profile: str | None, statements: bool,
+    waits: bool,
+) -> dict[str, object]:  # fmt: skip
     sandbox_url, sandbox = await start_sandbox()
     async with httpx.AsyncClient() as http:
         (await http.post(f"{sandbox_url}/admin/faults", json={"latency_ms": latency_ms})).raise_for_status()
@@ -153,6 +188,8 @@ async def one_run(
         groups = {"workers": [p.pid for p in procs], "sandbox": [sandbox.pid], "bench": [os.getpid()]}
         costs = RunCosts(conn, groups)
         await costs.start()
+        stop_sampling = asyncio.Event()
+        sampler = asyncio.create_task(sample_waits(url, stop_sampling)) if waits else None
         started = time.perf_counter()
         await resume_queue(conn, "psp.ipps")
         with Profile(procs[0].pid, profile):
@@ -160,10 +197,13 @@ async def one_run(
                                       " AND status = 'confirmed'"):  # fmt: skip
                 await asyncio.sleep(0.05)
         seconds = time.perf_counter() - started
+        stop_sampling.set()
         measured = await costs.stop()
         print(measured.report(payouts, "payout"))
         if statements:
             print(measured.report_statements(payouts))
+        if sampler is not None:
+            print(report_waits(*await sampler))
         settled = await conn.fetchval(
             "SELECT count(*) FROM intent WHERE channel = 'ipps-transfer' AND status = 'settled'"
         )
@@ -194,11 +234,14 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--statements", action="store_true", help="print the statements per payout")
     parser.add_argument("--profile", help="py-spy the first worker into FILE.<workers> (collapsed stacks)")
+    parser.add_argument(
+        "--waits", action="store_true", help="sample what the database's backends wait on during the run"
+    )
     args = parser.parse_args()
     for workers in args.workers:
         profile = f"{args.profile}.{workers}" if args.profile else None
         result = await one_run(
-            workers, args.payouts, args.latency_ms, args.concurrency, profile, args.statements
+            workers, args.payouts, args.latency_ms, args.concurrency, profile, args.statements, args.waits
         )
         print(json.dumps(result))
 

@@ -267,7 +267,9 @@ class Settings(BaseSettings):
 
     # --- PSP transfers ------------------------------------------------------------------------------
     psp_names: Annotated[tuple[str, ...], NoDecode] = Field(
-        default=("ipps",), description="Comma-separated PSP queues a psp-worker serves (ipps, qp, wise)."
+        default=("ipps",),
+        description="Comma-separated PSPs served (ipps, qp, wise): a psp-worker's queues, and the payout "
+        "channels (ipps-, qp-, wise-transfer) the API accepts.",
     )
     psp_poll_interval_ms: int = Field(
         default=500, ge=10, le=600_000, description="Polling fallback of the PSP worker."

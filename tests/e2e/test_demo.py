@@ -37,12 +37,16 @@ def test_demo_settles_every_intent_through_a_running_server(database_url: str) -
 
 def test_run_with_demo_shows_the_progress_and_keeps_serving(database_url: str) -> None:
     port = free_port()
-    env = paymanager_env(database_url, WORKER_ROLES="all", PORT=str(port), HOST="127.0.0.1")
+    env = paymanager_env(
+        database_url, WORKER_ROLES="all", PSP_NAMES="ipps,qp,wise", PORT=str(port), HOST="127.0.0.1"
+    )
     server = PaymanagerProcess(env, ["run", "--demo", "--demo-intents", "20"])
     try:
         text = server.wait_for_line("paymanager keeps running", timeout_s=120)
         assert "20 intents settled, 0 not settled" in text
-        assert "20 payouts settled through the sandbox PSP, 0 not settled" in text
+        words = " ".join(text.split())  # the console wraps long lines
+        assert "21 payouts settled through the sandbox PSPs, 0 not settled" in words
+        assert "(psp-worker, ipps, qp, wise over HTTP)" in words
         assert "Ledger invariant (sum of debits = sum of credits): holds" in text
         assert server.proc.poll() is None
     finally:

@@ -10,8 +10,9 @@ returns every violation it finds with the figures of the run. A check names the 
 The states a finished run may leave, and why each is allowed (docs/state_machines.md):
 
 - an intent is terminal (settled, failed, cancelled, expired), or `created` (never confirmed: it
-  waits for its payer; a merchant invoice only until its expiry), or an `ipps-transfer` `confirmed`
-  with its PSP transaction in MANUAL_REVIEW (the hold kept until an operator resolves it);
+  waits for its payer; a merchant invoice only until its expiry), or a payout (ipps-, qp- or
+  wise-transfer) `confirmed` with its PSP transaction in MANUAL_REVIEW (the hold kept until an
+  operator resolves it);
 - a checkout session is terminal, its legs settled the way its status says (completed: every leg
   captured; otherwise every gift leg cancelled or failed and the card released or failed);
 - a webhook delivery is `succeeded` or `dead` (its endpoint kept failing).
@@ -34,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+
+from paymanager.domain.channels import PAYOUT_CHANNEL_PSPS
 
 TERMINAL_INTENT = frozenset({"settled", "failed", "cancelled", "expired"})
 TERMINAL_SESSION = frozenset({"completed", "failed", "cancelled", "expired"})
@@ -98,7 +101,7 @@ async def _check_intents(conn: asyncpg.Connection, findings: Findings) -> None:
         for r in rows
         if r["status"] not in TERMINAL_INTENT
         and r["status"] != "created"
-        and not (r["channel"] == "ipps-transfer" and r["psp_state"] == "MANUAL_REVIEW")
+        and not (r["channel"] in PAYOUT_CHANNEL_PSPS and r["psp_state"] == "MANUAL_REVIEW")
     ]
     findings.blame("intents neither terminal nor in a documented waiting state", stuck)
     findings.blame(

@@ -41,6 +41,13 @@ class Sandbox:
         result: dict[str, int] = response.json()
         return result
 
+    def transfers(self) -> dict[str, dict[str, Any]]:
+        """The transfers the sandbox holds, as `{"<dialect>:<reference>": {status, amount}}`."""
+        response = httpx.get(f"{self.url}/admin/transfers")
+        response.raise_for_status()
+        result: dict[str, dict[str, Any]] = response.json()
+        return result
+
     def webhook(self, dialect: str, reference: str, **spec: Any) -> tuple[dict[str, str], bytes]:
         response = httpx.post(
             f"{self.url}/admin/webhook", json={"dialect": dialect, "reference": reference, **spec}

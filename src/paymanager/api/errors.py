@@ -112,6 +112,7 @@ _DOMAIN_STATUS: dict[type[domain.DomainError], int] = {
     domain.CaptureExpiredError: 409,
     domain.CaptureExceedsHoldError: 422,
     domain.CaptureMethodNotAllowedError: 422,
+    domain.PspNotServedError: 422,
     domain.DomainError: 422,
 }
 

@@ -31,6 +31,7 @@ def channel_view(channel: Channel) -> dict[str, Any]:
         "required_scope": channel.required_scope,
         "settles_on_confirm": channel.settles_on_confirm,
         "expires": channel.expires,
+        "psp": channel.psp,
     }
 
 
@@ -38,7 +39,9 @@ def channel_view(channel: Channel) -> dict[str, Any]:
     "",
     summary="Registered channels: which accounts each moves, its fee rule, its scope",
     description="fee = clamp(fixed_minor + ceil(amount x rate_bps / 10,000), min_minor, max_minor). "
-    "`settles_on_confirm: false` (ipps-transfer) means a confirmed intent waits for the PSP step.",
+    "`settles_on_confirm: false` (the payouts: ipps-, qp- and wise-transfer) means a confirmed intent "
+    "waits for the PSP named by `psp`; a payout whose PSP is not in PSP_NAMES is refused (422 "
+    "`psp_not_configured`).",
 )
 async def list_channels(request: Request, _: ServiceIdentity = Security(authenticate)) -> dict[str, Any]:
     payments: Payments = request.app.state.payments

@@ -76,8 +76,10 @@ async def create(
     summary="Confirm: hold the funds and enqueue the settlement",
     description="Holds amount + fee with pending ledger transfers and enqueues the settlement in the same "
     "transaction; the outbox worker then settles it (status settled) and publishes `intent.{id}`. "
-    "**ipps-transfer** intents stop at `confirmed` with `awaiting: psp`: the PSP step that pays them "
-    "out arrives in a later release, until then they stay confirmed, awaiting PSP.",
+    "Payouts (**ipps-transfer**, **qp-transfer**, **wise-transfer**) stop at `confirmed` with "
+    "`awaiting: psp`: their PSP transaction and its job (queue `psp.<name>`) commit with the hold, and "
+    "the PSP's answer settles or fails them (`GET /intents/{id}` shows `psp`). A payout whose PSP is "
+    "not in PSP_NAMES answers 422 `psp_not_configured` and holds nothing.",
 )
 async def confirm(
     intent_id: uuid.UUID, request: Request, caller: ServiceIdentity = Security(authenticate)

@@ -123,7 +123,8 @@ class IntentCreate(_Strict):
         default=None, description="Omit for admin-transfer (the funding account pays)."
     )
     payee_account_id: uuid.UUID | None = Field(
-        default=None, description="Omit for ipps-transfer (the IPPS nostro account is paid)."
+        default=None,
+        description="Omit for the payouts ipps-, qp- and wise-transfer (their PSP's nostro account is paid).",
     )
     description: str | None = Field(default=None, max_length=500)
     metadata: dict[str, Any] = Field(
@@ -171,7 +172,7 @@ class IntentOut(BaseModel):
     channel: str
     status: IntentStatus
     awaiting: Literal["settlement", "psp", "capture"] | None = Field(
-        description="What a confirmed intent waits for: the outbox settlement, (ipps-transfer) the PSP, or "
+        description="What a confirmed intent waits for: the outbox settlement, (a payout) the PSP, or "
         "(requires_capture) the merchant's capture."
     )
     amount: int

@@ -46,6 +46,8 @@ TRANSFER_CODES = {
     ChannelName.SERVICE_TRANSFER: 3,
     ChannelName.ADMIN_TRANSFER: 4,
     ChannelName.MERCHANT_INVOICE: 5,
+    ChannelName.QP_TRANSFER: 6,
+    ChannelName.WISE_TRANSFER: 7,
 }
 FEE_TRANSFER_CODE = 100
 # A refund's legs: the amount back from the payee, the fee back from the fee account.

@@ -2,7 +2,8 @@
 
 It registers two services, opens accounts, funds them with admin transfers, then sends peer-to-peer
 intents (quote, create, confirm) and follows each until the outbox worker has settled it; with the
-psp-worker role it then sends payouts (ipps-transfer) through the sandbox PSP `run --demo` serves.
+psp-worker role it then sends payouts through each PSP of PSP_NAMES (ipps-, qp- and wise-transfer, in
+turn) to the sandbox PSPs `run --demo` serves.
 It ends with the balances and the ledger's own verification (sum of debits = sum of credits).
 Everything goes over HTTP with signed requests, exactly as a client of paymanager would do it.
 """
@@ -13,6 +14,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -32,8 +34,9 @@ if TYPE_CHECKING:
 CURRENCY = "THB"
 FUNDING_SATANG = 5_000_000
 SETTLE_TIMEOUT_S = 60.0
-# Payouts the demo sends through the sandbox PSP when this process runs the psp-worker role.
-DEMO_PAYOUTS = 20
+# Payouts the demo sends through the sandbox PSPs (spread over the PSPs of PSP_NAMES) when this
+# process runs the psp-worker role.
+DEMO_PAYOUTS = 21
 
 
 class DemoClient:
@@ -82,6 +85,15 @@ class DemoResult:
     ledger_detail: str
     payouts_settled: int = 0
     payouts_other: int = 0
+    payout_psps: tuple[str, ...] = ()
+
+
+def payout_channels_of(psp_names: Sequence[str]) -> tuple[str, ...]:
+    """The payout channels of the PSPs served (PSP_NAMES), in its order."""
+    from paymanager.domain.channels import PAYOUT_CHANNEL_PSPS
+
+    by_psp = {psp: channel for channel, psp in PAYOUT_CHANNEL_PSPS.items()}
+    return tuple(by_psp[name] for name in psp_names if name in by_psp)
 
 
 async def register_services(conn: Conn, kek: str | None) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -106,6 +118,7 @@ async def run_demo(
     concurrency: int,
     console: Console,
     payouts: int = 0,
+    payout_channels: Sequence[str] = ("ipps-transfer",),
 ) -> DemoResult:
     limits = httpx.Limits(max_connections=concurrency + 2)
     async with httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits) as http:
@@ -171,12 +184,12 @@ async def run_demo(
             await asyncio.gather(*(move(n) for n in range(intents)))
             seconds = time.perf_counter() - started
             payout_outcomes: list[str] = []
-            if payouts:
-                paying = progress.add_task("payouts through the PSP", total=payouts)
+            if payouts and payout_channels:
+                paying = progress.add_task("payouts through the PSPs", total=payouts)
 
-                async def pay_out(_: int) -> None:
+                async def pay_out(n: int) -> None:
                     payload = {
-                        "channel": "ipps-transfer",
+                        "channel": payout_channels[n % len(payout_channels)],
                         "amount": random.randint(1_000, 20_000),
                         "currency": CURRENCY,
                         "payer_account_id": random.choice(ids),
@@ -195,6 +208,7 @@ async def run_demo(
     return DemoResult(
         outcomes.count("settled"), len(outcomes) - outcomes.count("settled"), seconds, balances, None, "",
         payout_outcomes.count("settled"), len(payout_outcomes) - payout_outcomes.count("settled"),
+        tuple(channel.removesuffix("-transfer") for channel in payout_channels) if payouts else (),
     )  # fmt: skip
 
 
@@ -217,8 +231,8 @@ def print_summary(console: Console, result: DemoResult) -> None:
     )
     if result.payouts_settled or result.payouts_other:
         console.print(
-            f"[bold]{result.payouts_settled}[/] payouts settled through the sandbox PSP, "
-            f"{result.payouts_other} not settled (psp-worker, ipps dialect over HTTP)."
+            f"[bold]{result.payouts_settled}[/] payouts settled through the sandbox PSPs, "
+            f"{result.payouts_other} not settled (psp-worker, {', '.join(result.payout_psps)} over HTTP)."
         )
     if result.ledger_ok is not None:
         verdict = "[green]holds[/]" if result.ledger_ok else "[red]VIOLATED[/]"
@@ -239,7 +253,7 @@ async def demo_in_runtime(components: Components, *, accounts: int, intents: int
     payouts = DEMO_PAYOUTS if Role.PSP_WORKER in settings.worker_roles else 0
     result = await run_demo(
         base_url, admin, wallet, accounts=accounts, intents=intents, concurrency=concurrency, console=console,
-        payouts=payouts,
+        payouts=payouts, payout_channels=payout_channels_of(settings.psp_names),
     )  # fmt: skip
     from paymanager.ledger import PostgresLedger
 
@@ -265,8 +279,12 @@ def demo_command(
     accounts: Annotated[int, typer.Option(min=2, max=1_000, help="User accounts to open.")] = 10,
     intents: Annotated[int, typer.Option(min=1, max=100_000, help="p2p intents to send.")] = 300,
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="Intents in flight at once.")] = 16,
+    payouts: Annotated[
+        int, typer.Option(min=0, max=10_000, help="Payouts to send, in turn through each PSP of PSP_NAMES.")
+    ] = 0,
 ) -> None:
-    """Move money through a running paymanager (its api and outbox-worker roles) and show the result."""
+    """Move money through a running paymanager (its api and outbox-worker roles; psp-worker for
+    `--payouts`) and show the result."""
     from paymanager.cli._command import load_settings, run_async
     from paymanager.db.database import opened
 
@@ -281,12 +299,13 @@ def demo_command(
         ):
             admin, wallet = await register_services(conn, kek)
         return await run_demo(
-            url, admin, wallet, accounts=accounts, intents=intents, concurrency=concurrency, console=console
-        )
+            url, admin, wallet, accounts=accounts, intents=intents, concurrency=concurrency, console=console,
+            payouts=payouts, payout_channels=payout_channels_of(settings.psp_names),
+        )  # fmt: skip
 
     result = run_async(go())
     print_summary(console, result)
-    raise typer.Exit(0 if result.failed == 0 else 1)
+    raise typer.Exit(0 if result.failed == 0 and result.payouts_other == 0 else 1)
 
 
 def register(app: typer.Typer) -> None:

@@ -32,6 +32,8 @@ class AccountKind(StrEnum):
 class ChannelName(StrEnum):
     INTERNAL_P2P = "internal-p2p"
     IPPS_TRANSFER = "ipps-transfer"
+    QP_TRANSFER = "qp-transfer"
+    WISE_TRANSFER = "wise-transfer"
     SERVICE_TRANSFER = "service-transfer"
     ADMIN_TRANSFER = "admin-transfer"
     MERCHANT_INVOICE = "merchant-invoice"
@@ -42,7 +44,13 @@ class SystemAccount(StrEnum):
 
     FUNDING = "funding"  # the source of admin-transfer: money entering the platform
     FEES = "fees"  # fee revenue
-    NOSTRO_IPPS = "nostro.ipps"  # money paid out through IPPS, mirrored by the partner balance
+    # Money paid out through each PSP, mirrored by that PSP's partner balance (the balance monitor).
+    NOSTRO_IPPS = "nostro.ipps"
+    NOSTRO_QP = "nostro.qp"
+    NOSTRO_WISE = "nostro.wise"
+
+
+NOSTRO_ACCOUNTS = (SystemAccount.NOSTRO_IPPS, SystemAccount.NOSTRO_QP, SystemAccount.NOSTRO_WISE)
 
 
 # Every intent with a fee credits a fee account when it is held and when it settles, and the ledger
@@ -58,11 +66,11 @@ def system_account_name(role: SystemAccount, currency: str, shard: int | None = 
 
 
 def system_account_names(currency: str) -> list[str]:
-    """Every system account of a currency: funding, the fee shards, the IPPS nostro."""
+    """Every system account of a currency: funding, the fee shards, one nostro per PSP."""
     return [
         system_account_name(SystemAccount.FUNDING, currency),
         *(system_account_name(SystemAccount.FEES, currency, shard) for shard in range(FEE_SHARDS)),
-        system_account_name(SystemAccount.NOSTRO_IPPS, currency),
+        *(system_account_name(nostro, currency) for nostro in NOSTRO_ACCOUNTS),
     ]
 
 
@@ -117,6 +125,8 @@ class Channel:
     expires: bool = False
     # True for channels where a merchant is paid and may capture a hold later (`capture_method=manual`).
     manual_capture: bool = False
+    # The PSP that pays a payout channel's intents out (its queue `psp.<psp>`); None for the others.
+    psp: str | None = None
 
     def quote(self, amount: Money) -> Quote:
         fee = Money(self.fee.fee_for(amount.amount), amount.currency)
@@ -177,14 +187,23 @@ DEFAULT_CHANNELS: tuple[Channel, ...] = (
         payee_kinds=_PEOPLE,
         manual_capture=True,
     ),
-    Channel(
-        ChannelName.IPPS_TRANSFER,
-        "A payout from a user account through the IPPS PSP. Confirming holds the funds; the intent "
-        "then stays confirmed, awaiting the PSP, until the PSP step (a later release) settles it.",
-        FeeRule(fixed_minor=1_000),
-        payer_kinds=_PEOPLE,
-        payee_system=SystemAccount.NOSTRO_IPPS,
-        settles_on_confirm=False,
+    *(
+        Channel(
+            name,
+            f"A payout from a user or merchant account through the {label} PSP. Confirming holds the "
+            "funds; the intent then stays confirmed, awaiting the PSP, until the PSP's answer settles "
+            f"it into system.{nostro.value}.<CCY> or fails it.",
+            FeeRule(fixed_minor=1_000),
+            payer_kinds=_PEOPLE,
+            payee_system=nostro,
+            settles_on_confirm=False,
+            psp=psp,
+        )
+        for name, label, psp, nostro in (
+            (ChannelName.IPPS_TRANSFER, "IPPS", "ipps", SystemAccount.NOSTRO_IPPS),
+            (ChannelName.QP_TRANSFER, "QP", "qp", SystemAccount.NOSTRO_QP),
+            (ChannelName.WISE_TRANSFER, "Wise", "wise", SystemAccount.NOSTRO_WISE),
+        )
     ),
     Channel(
         ChannelName.SERVICE_TRANSFER,
@@ -211,6 +230,10 @@ DEFAULT_CHANNELS: tuple[Channel, ...] = (
         manual_capture=True,
     ),
 )
+
+
+# Payout channel -> the PSP that pays it out.
+PAYOUT_CHANNEL_PSPS: dict[str, str] = {c.name.value: c.psp for c in DEFAULT_CHANNELS if c.psp is not None}
 
 
 class ChannelRegistry:

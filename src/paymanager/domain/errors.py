@@ -116,3 +116,9 @@ class CaptureExpiredError(DomainError):
     """A capture after the capture deadline: the hold is (now) voided and the intent expired."""
 
     code = "capture_expired"
+
+
+class PspNotServedError(DomainError):
+    """A payout channel whose PSP is not in PSP_NAMES: no psp-worker would ever take its payouts."""
+
+    code = "psp_not_configured"

@@ -8,8 +8,8 @@ failed already took). The fee, per channel:
   (the merchant's customer pays nothing for a sale undone);
 - internal-p2p: kept (the transfer happened; its fee paid for it);
 - service-transfer, admin-transfer: no fee to refund;
-- ipps-transfer: not refundable (the money left through a PSP, and no PSP dialect offers a reversal
-  of a completed transfer: docs/webhooks.md, "Refunds of payouts").
+- ipps-transfer, qp-transfer, wise-transfer: not refundable (the money left through a PSP, and no
+  PSP dialect offers a reversal of a completed transfer: docs/webhooks.md, "Refunds of payouts").
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ TRANSITIONS: dict[RefundStatus, frozenset[RefundStatus]] = {
 # Channels whose fee goes back with the amount, pro rata.
 FEE_REFUNDED = frozenset({ChannelName.MERCHANT_INVOICE})
 # Channels whose money left through a PSP: their refund would need a PSP reversal, which none offers.
-PSP_CHANNELS = frozenset({ChannelName.IPPS_TRANSFER})
+PSP_CHANNELS = frozenset({ChannelName.IPPS_TRANSFER, ChannelName.QP_TRANSFER, ChannelName.WISE_TRANSFER})
 
 
 def can_move(source: RefundStatus, target: RefundStatus) -> bool:

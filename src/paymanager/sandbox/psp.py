@@ -11,6 +11,8 @@ nothing was sent twice), signs webhooks as each PSP would, and plays faults set 
     in_progress_polls               a transfer answers "processing", then completes after this many
                                     inquiries
     in_progress_rate                with in_progress_polls: the share of transfers that do (default all)
+    unseen_inquiries                a transfer answers not-found to its first N inquiries (a PSP whose
+                                    status API lags its intake: what makes a Wise or QP driver send again)
     failure_rate                    the transfer is rejected
     manual_review_rate              the transfer answers a status no driver knows
     account_invalid_rate            the beneficiary check refuses the account
@@ -62,6 +64,7 @@ class Transfer:
     status: str
     transfer_ref: str
     polls_left: int = 0
+    unseen_left: int = 0
 
 
 @dataclass
@@ -134,7 +137,10 @@ def create_app(state: SandboxState | None = None) -> Starlette:
             status = "completed"
         polls = int(state.faults.get("in_progress_polls", 0) or 0)
         ref = f"{dialect}-{uuid.uuid4().hex[:12]}"
-        transfer = Transfer(dialect, reference, amount, currency, status, ref, polls_left=polls)
+        unseen = int(state.faults.get("unseen_inquiries", 0) or 0)
+        transfer = Transfer(
+            dialect, reference, amount, currency, status, ref, polls_left=polls, unseen_left=unseen
+        )
         state.transfers[(dialect, reference)] = transfer
         return transfer, True
 
@@ -144,6 +150,9 @@ def create_app(state: SandboxState | None = None) -> Starlette:
 
     def inquire(dialect: str, reference: str) -> Transfer | None:
         transfer = state.transfers.get((dialect, reference))
+        if transfer is not None and transfer.unseen_left > 0:
+            transfer.unseen_left -= 1
+            return None
         if transfer is not None and transfer.status == "processing":
             transfer.polls_left -= 1
             if transfer.polls_left <= 0:

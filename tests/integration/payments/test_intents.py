@@ -424,18 +424,25 @@ async def test_unstorable_text_and_json_are_422_not_500(api: Api) -> None:
         assert response.status_code == 422, (text[:80], response.text)
 
 
-async def test_channels_lists_the_five_with_their_fee_rules(api: Api) -> None:
+async def test_channels_lists_the_seven_with_their_fee_rules(api: Api) -> None:
     listed = (await api.client.get("/channels")).json()["data"]
     by_name = {c["name"]: c for c in listed}
     assert set(by_name) == {
         "internal-p2p",
         "ipps-transfer",
+        "qp-transfer",
+        "wise-transfer",
         "service-transfer",
         "admin-transfer",
         "merchant-invoice",
     }
     assert by_name["admin-transfer"]["required_scope"] == "admin"
-    assert by_name["ipps-transfer"]["settles_on_confirm"] is False
+    for psp in ("ipps", "qp", "wise"):
+        payout = by_name[f"{psp}-transfer"]
+        assert (payout["settles_on_confirm"], payout["psp"]) == (False, psp)
+        assert payout["payee_system_account"] == f"nostro.{psp}"
+        assert payout["fee"] == by_name["ipps-transfer"]["fee"]
+    assert by_name["internal-p2p"]["psp"] is None
     assert by_name["merchant-invoice"]["expires"] is True
     assert by_name["internal-p2p"]["fee"]["rate_bps"] == 50
 

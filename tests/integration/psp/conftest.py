@@ -41,11 +41,13 @@ class PayoutApi:
         await self.wait_status(str(funding["id"]), {"settled"})
         return account
 
-    async def payout(self, payer: str, amount: int = 1_000, **metadata: Any) -> str:
-        """An ipps-transfer created and confirmed: its id."""
+    async def payout(
+        self, payer: str, amount: int = 1_000, *, channel: str = "ipps-transfer", **metadata: Any
+    ) -> str:
+        """A payout (ipps-transfer unless `channel` says another) created and confirmed: its id."""
         created = await self.client.post(
             "/intents",
-            {"channel": "ipps-transfer", "amount": amount, "currency": "THB", "payer_account_id": payer,
+            {"channel": channel, "amount": amount, "currency": "THB", "payer_account_id": payer,
              "metadata": metadata or {"beneficiary_account": "1234567890"}},
         )  # fmt: skip
         assert created.status_code == 201, created.text

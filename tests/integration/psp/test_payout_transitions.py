@@ -1,5 +1,6 @@
-"""Payouts through the IPPS sandbox over real HTTP: every transition of psp_tx, and each fault the
-sandbox plays, end where they must, settle the intent once, and never send a transfer twice."""
+"""Payouts through the sandbox PSPs over real HTTP (IPPS unless a test names QP or Wise): every
+transition of psp_tx, and each fault the sandbox plays, end where they must, settle the intent once,
+and never send an IPPS transfer twice (QP and Wise only ever again under the same key)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ import asyncio
 import uuid
 
 import asyncpg
+import pytest
 
+from paymanager.application import ledger_ops
+from paymanager.application.psp.store import PspStore
+from paymanager.domain.channels import SystemAccount
 from tests.integration.psp.conftest import PayoutApi, StartPayoutApi
+from tests.support.signed_client import SignedClient
 from tests.support.waiting import wait_for_lock_waiters
 
 
@@ -28,6 +34,118 @@ async def test_a_payout_completes_posts_its_hold_and_was_sent_once(payouts: Payo
     async with payouts.payments.pool.acquire() as conn:
         settlement = await conn.fetchrow("SELECT * FROM settlement WHERE intent_id = $1", tx["intent_id"])
     assert settlement["outcome"] == "posted"
+
+
+EVERY_PSP = ("ipps", "qp", "wise")
+NOSTRO = {"ipps": SystemAccount.NOSTRO_IPPS, "qp": SystemAccount.NOSTRO_QP, "wise": SystemAccount.NOSTRO_WISE}
+
+
+@pytest.fixture
+async def every_psp(start_payout_api: StartPayoutApi) -> PayoutApi:
+    return await start_payout_api(psp_names=",".join(EVERY_PSP))
+
+
+async def _nostro_posted(api: PayoutApi, psp: str) -> int:
+    account = api.payments.system_account(NOSTRO[psp], "THB")
+    posted: int = (await ledger_ops.balance(api.payments.ledger, account))["posted"]
+    return posted
+
+
+@pytest.mark.parametrize("psp", EVERY_PSP)
+async def test_a_payout_through_each_psp_completes_on_its_queue_and_credits_its_nostro(
+    every_psp: PayoutApi, psp: str
+) -> None:
+    payer = await every_psp.funded_account(100_000)
+    before = {name: await _nostro_posted(every_psp, name) for name in EVERY_PSP}
+    intent_id = await every_psp.payout(payer, 5_000, channel=f"{psp}-transfer")
+    settled = await every_psp.wait_status(intent_id, {"settled", "failed"})
+    assert settled["status"] == "settled"
+    assert (settled["psp"]["psp"], settled["psp"]["state"]) == (psp, "COMPLETED")
+    assert settled["psp"]["reference"].startswith(f"{psp}-")
+    tx = await every_psp.tx(intent_id)
+    sent_as = str(tx["idempotency_key"] if psp == "wise" else tx["id"])
+    assert every_psp.sandbox.submissions() == {sent_as: 1}
+    after = {name: await _nostro_posted(every_psp, name) for name in EVERY_PSP}
+    assert {name: after[name] - before[name] for name in EVERY_PSP} == {
+        name: 5_000 if name == psp else 0 for name in EVERY_PSP
+    }
+    balance = await every_psp.client.balance(payer)
+    assert balance["available"] == balance["posted"] == 100_000 - 5_000 - settled["fee"]
+    async with every_psp.payments.pool.acquire() as conn:
+        queue = await conn.fetchval("SELECT queue FROM job WHERE unique_key = $1", f"psp.payout:{tx['id']}")
+    assert queue == f"psp.{psp}"
+    refund = await every_psp.client.post(f"/intents/{intent_id}/refunds", {"amount": 1_000})
+    assert refund.status_code == 409, refund.text
+    assert refund.json()["error"]["code"] == "refund_not_supported"
+
+
+async def test_wise_sends_the_same_idempotency_key_again_after_an_accepted_transfer_timed_out(
+    every_psp: PayoutApi,
+) -> None:
+    # The transfer is recorded and its answer hangs past the driver's timeout; the next try's
+    # inquiry does not see it yet, so Wise (deduplicating by customerTransactionId) is sent it again.
+    payer = await every_psp.funded_account(100_000)
+    every_psp.sandbox.faults(accept_then_timeout_rate=1, hang_ms=3_000, unseen_inquiries=1)
+    intent_id = await every_psp.payout(payer, 5_000, channel="wise-transfer")
+    settled = await every_psp.wait_status(intent_id, {"settled", "failed"})
+    assert settled["status"] == "settled"
+    tx = await every_psp.tx(intent_id)
+    assert every_psp.sandbox.submissions() == {str(tx["idempotency_key"]): 2}
+    transfers = every_psp.sandbox.transfers()
+    assert list(transfers) == [f"wise:{tx['idempotency_key']}"]
+    assert "no answer" in tx["last_error"]
+    async with every_psp.payments.pool.acquire() as conn:
+        settlements = await conn.fetchval(
+            "SELECT count(*) FROM settlement WHERE intent_id = $1", tx["intent_id"]
+        )
+    assert settlements == 1
+
+
+async def test_ipps_is_not_sent_again_when_its_inquiry_lags_after_a_timeout(payouts: PayoutApi) -> None:
+    payer = await payouts.funded_account(100_000)
+    payouts.sandbox.faults(accept_then_timeout_rate=1, hang_ms=3_000, unseen_inquiries=1)
+    intent_id = await payouts.payout(payer, 5_000)
+    settled = await payouts.wait_status(intent_id, {"settled", "failed"})
+    assert settled["status"] == "settled"
+    tx = await payouts.tx(intent_id)
+    assert payouts.sandbox.submissions() == {str(tx["id"]): 1}
+
+
+@pytest.mark.parametrize("channel", ["qp-transfer", "wise-transfer"])
+async def test_a_payout_on_a_psp_not_in_psp_names_is_refused_and_nothing_is_held(
+    payouts: PayoutApi, channel: str
+) -> None:
+    payer = await payouts.funded_account(100_000)
+    created = await payouts.client.post(
+        "/intents", {"channel": channel, "amount": 5_000, "currency": "THB", "payer_account_id": payer}
+    )
+    assert created.status_code == 422, created.text
+    error = created.json()["error"]
+    assert error["code"] == "psp_not_configured"
+    assert error["details"]["psp"] == channel.removesuffix("-transfer")
+    async with payouts.payments.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM intent WHERE channel = $1", channel) == 0
+
+
+async def test_a_payout_created_while_its_psp_was_served_is_refused_at_confirm_once_it_is_not(
+    start_payout_api: StartPayoutApi,
+) -> None:
+    served = await start_payout_api(psp_names="ipps,qp")
+    payer = await served.funded_account(100_000)
+    created = await served.client.post(
+        "/intents", {"channel": "qp-transfer", "amount": 5_000, "currency": "THB", "payer_account_id": payer}
+    )
+    assert created.status_code == 201, created.text
+    unserved = await start_payout_api()  # PSP_NAMES=ipps
+    same_caller = SignedClient(unserved.http, served.client.service_id, served.client.secret)
+    confirmed = await same_caller.post(f"/intents/{created.json()['id']}/confirm")
+    assert confirmed.status_code == 422, confirmed.text
+    assert confirmed.json()["error"]["code"] == "psp_not_configured"
+    assert (await served.intent(created.json()["id"]))["status"] == "created"
+    balance = await served.client.balance(payer)
+    assert balance["available"] == balance["posted"] == 100_000
+    async with served.payments.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM psp_tx") == 0
 
 
 async def test_a_rejected_transfer_fails_the_intent_and_voids_its_hold(payouts: PayoutApi) -> None:
@@ -174,3 +292,57 @@ async def test_a_payout_read_while_it_settles_shows_its_intent_and_transfer_from
     finally:
         await pool.release(peer)
     assert (view["status"], view["psp"]["state"]) in {("confirmed", "NEW"), ("settled", "COMPLETED")}
+
+
+# What a payout job finds after a crash at each point of the write-ahead, written as that crash left it.
+LEFT_BY_A_CRASH = {
+    # The folded load committed QUERY_PENDING, then the worker died before the check's answer.
+    "QUERY_PENDING": ["UPDATE psp_tx SET state = 'QUERY_PENDING', version = version + 1 WHERE id = $1"],
+    # An older release committed QUERIED and CONFIRM_PENDING apart, and died between them.
+    "QUERIED": [
+        "UPDATE psp_tx SET state = 'QUERY_PENDING', version = version + 1 WHERE id = $1",
+        "UPDATE psp_tx SET state = 'QUERIED', version = version + 1, query_ref = 'q-' || id WHERE id = $1",
+    ],
+}
+
+
+@pytest.mark.parametrize("found", sorted(LEFT_BY_A_CRASH))
+async def test_a_payout_found_part_way_goes_on_from_there_and_sends_once(
+    start_payout_api: StartPayoutApi, found: str
+) -> None:
+    waiting = await start_payout_api(worker_roles="api,outbox-worker")  # no psp-worker: it stays NEW
+    payer = await waiting.funded_account(100_000)
+    intent_id = await waiting.payout(payer, 5_000)
+    tx = await waiting.tx(intent_id)
+    async with waiting.payments.pool.acquire() as conn:
+        for statement in LEFT_BY_A_CRASH[found]:
+            await conn.execute(statement, tx["id"])
+    working = await start_payout_api()
+    settled = await working.wait_status(intent_id, {"settled", "failed"})
+    assert (settled["status"], settled["psp"]["state"]) == ("settled", "COMPLETED")
+    assert working.sandbox.submissions() == {str(tx["id"]): 1}
+
+
+async def test_the_folded_moves_commit_each_state_and_leave_a_moved_transaction_alone(
+    start_payout_api: StartPayoutApi,
+) -> None:
+    api = await start_payout_api(worker_roles="api,outbox-worker")
+    payer = await api.funded_account(100_000)
+    tx_id = (await api.tx(await api.payout(payer, 5_000)))["id"]
+    async with api.payments.pool.acquire() as conn:
+        store = PspStore(conn)
+        started = await store.get_started(tx_id=tx_id)
+        assert started is not None
+        assert (started.state.value, started.version) == ("QUERY_PENDING", 2)
+        again = await store.get_started(tx_id=tx_id)  # not NEW any more: read as it is
+        assert again == started
+        confirming = await store.query_accepted(tx=started, query_ref="q-1")
+        assert confirming is not None
+        assert (confirming.state.value, confirming.version, confirming.query_ref) == (
+            "CONFIRM_PENDING",
+            4,
+            "q-1",
+        )
+        assert await store.query_accepted(tx=started, query_ref="q-2") is None  # a stale view moves nothing
+        row = await conn.fetchrow("SELECT state, version, query_ref FROM psp_tx WHERE id = $1", tx_id)
+    assert dict(row) == {"state": "CONFIRM_PENDING", "version": 4, "query_ref": "q-1"}

@@ -16,7 +16,7 @@ from paymanager.application.intents import events
 from paymanager.application.intents.queries import check_visible, get_intent
 from paymanager.application.intents.settle import EXPIRED, finish
 from paymanager.application.intents.store import Intent, IntentStore
-from paymanager.application.psp.payout import PAYOUT_CHANNELS, start_payout
+from paymanager.application.psp.payout import PAYOUT_CHANNELS, check_psp_served, start_payout
 from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.intents import IntentStatus, transition
@@ -95,6 +95,8 @@ async def confirm_intent(
     elif channel.settles_on_confirm:
         await enqueue_settlement(payments, conn, intent_id)
     elif updated.channel in PAYOUT_CHANNELS:
+        # Refused before anything is held: PSP_NAMES may have lost the PSP since the intent was created.
+        check_psp_served(payments, updated.channel)
         # The payout's PSP transaction (NEW) and its job commit with the hold, or neither does.
         await start_payout(payments, conn, updated)
     # On TigerBeetle the hold is made before this transaction commits: a crash or rollback between

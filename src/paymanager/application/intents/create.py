@@ -11,6 +11,7 @@ from paymanager.application.ids import new_id
 from paymanager.application.intents import events
 from paymanager.application.intents.store import Intent, IntentStore, NewIntent, Party
 from paymanager.application.policies import use_cases as policies
+from paymanager.application.psp.payout import check_psp_served
 from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
 from paymanager.domain.channels import FEE_SHARDS, AccountKind, Channel, Quote, SystemAccount
@@ -109,6 +110,7 @@ async def create_intent(
     """Insert a `created` intent in the caller's transaction; its event goes into `pending`."""
     channel = payments.channels.get(request.channel)
     channel.check_scope(caller.scopes)
+    check_psp_served(payments, channel.name.value)
     q = channel.quote(positive(request.amount, request.currency))
     code = request.currency
     if request.capture_method is CaptureMethod.MANUAL and not channel.manual_capture:

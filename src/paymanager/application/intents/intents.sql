@@ -64,11 +64,11 @@ SELECT coalesce(sum(amount), 0)::bigint
    AND status IN ('created', 'confirmed', 'requires_capture', 'settled');
 
 -- name: intent_confirmed_batch
--- Confirmed intents settled by the outbox (not those awaiting a PSP), oldest deadline first, after
--- cursor $1 (a deadline and id pair), at most $3.
+-- Confirmed intents settled by the outbox (not the payouts, channels $4, awaiting a PSP), oldest
+-- deadline first, after cursor $1 (a deadline and id pair), at most $3.
 SELECT id, settle_deadline_at
   FROM intent
- WHERE status = 'confirmed' AND channel <> 'ipps-transfer'
+ WHERE status = 'confirmed' AND channel <> ALL ($4::text[])
    AND (settle_deadline_at, id) > ($1, $2)
  ORDER BY settle_deadline_at, id
  LIMIT $3;

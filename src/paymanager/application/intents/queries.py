@@ -9,7 +9,7 @@ from datetime import datetime
 from paymanager.application.intents.store import Intent, IntentStore
 from paymanager.application.services.use_cases import ServiceIdentity
 from paymanager.db.pool import Conn
-from paymanager.domain.channels import ChannelName
+from paymanager.domain.channels import PAYOUT_CHANNEL_PSPS
 from paymanager.domain.errors import NotFoundError
 from paymanager.domain.intents import CaptureMethod, IntentStatus
 
@@ -23,7 +23,7 @@ def _iso(value: datetime | None) -> str | None:
 def intent_view(intent: Intent) -> dict[str, object]:
     """The API's representation of an intent."""
     awaiting = None
-    if intent.status is IntentStatus.CONFIRMED and intent.channel == ChannelName.IPPS_TRANSFER:
+    if intent.status is IntentStatus.CONFIRMED and intent.channel in PAYOUT_CHANNEL_PSPS:
         awaiting = "psp"
     elif intent.status is IntentStatus.CONFIRMED:
         awaiting = "settlement"

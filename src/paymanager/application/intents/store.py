@@ -17,7 +17,7 @@ from paymanager.application.policies.store import policy_from_json
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
 from paymanager.domain.capture import Capture
-from paymanager.domain.channels import AccountKind
+from paymanager.domain.channels import PAYOUT_CHANNEL_PSPS, AccountKind
 from paymanager.domain.intents import CaptureMethod, IntentStatus
 from paymanager.domain.policies import Policy
 
@@ -286,7 +286,9 @@ class IntentStore:
 
     async def confirmed_after(self, *, after: tuple[datetime, uuid.UUID], limit: int) -> list[ConfirmedRef]:
         """Confirmed intents the outbox settles, by deadline then id, after the cursor `after`."""
-        rows = await self._conn.fetch(Q["intent_confirmed_batch"], after[0], after[1], limit)
+        rows = await self._conn.fetch(
+            Q["intent_confirmed_batch"], after[0], after[1], limit, list(PAYOUT_CHANNEL_PSPS)
+        )
         return [ConfirmedRef(row["id"], row["settle_deadline_at"]) for row in rows]
 
     async def capture_due_lock(self, *, now: datetime, limit: int) -> list[Intent]:

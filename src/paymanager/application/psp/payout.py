@@ -34,7 +34,8 @@ from paymanager.application.intents.settle import FinishPlan, finish, finish_man
 from paymanager.application.intents.store import Intent, IntentStore
 from paymanager.application.psp.store import PspStore, PspTx
 from paymanager.db.pool import Conn
-from paymanager.domain.errors import DomainError
+from paymanager.domain.channels import PAYOUT_CHANNEL_PSPS
+from paymanager.domain.errors import DomainError, PspNotServedError
 from paymanager.domain.intents import IntentStatus, transition
 from paymanager.domain.psp import PspOutcome, PspState, mask, state_of
 from paymanager.jobs import JobContext, PermanentError, RateLimitedError, enqueue
@@ -50,7 +51,7 @@ PAYOUT_KIND = "psp.payout"
 # A payout job is retried by the engine only after an unexpected error or a lost worker; the PSP's
 # own faults are counted in psp_tx.attempts and end in MANUAL_REVIEW.
 PAYOUT_MAX_ATTEMPTS = 25
-PAYOUT_CHANNELS = {"ipps-transfer": "ipps"}
+PAYOUT_CHANNELS = PAYOUT_CHANNEL_PSPS
 # The longest wait between two tries of one step, whatever PSP_MAX_RETRIES.
 RETRY_DELAY_MAX_MS = 60_000
 
@@ -68,6 +69,17 @@ def beneficiary_of(intent: Intent) -> str:
     account id (a payout to the user's linked bank account)."""
     value = intent.metadata.get("beneficiary_account")
     return str(value)[:64] if value else str(intent.payer_account_id)
+
+
+def check_psp_served(payments: Payments, channel: str) -> None:
+    """Refuse a payout channel whose PSP is not in PSP_NAMES: its payout would wait in a queue no
+    psp-worker serves, its funds held, until someone noticed."""
+    psp = PAYOUT_CHANNELS.get(channel)
+    if psp is not None and psp not in payments.settings.psp_names:
+        raise PspNotServedError(
+            f"channel {channel} pays out through {psp}, which this deployment does not serve (PSP_NAMES)",
+            {"channel": channel, "psp": psp, "served": list(payments.settings.psp_names)},
+        )
 
 
 async def enqueue_payout(payments: Payments, conn: Conn, tx: PspTx) -> bool:
@@ -137,14 +149,15 @@ class Payout:
         self.tx_id = uuid.UUID(str(ctx.payload["psp_tx_id"]))
 
     async def run(self) -> None:
-        tx = await self._load()
+        # A NEW transaction comes back QUERY_PENDING, committed before the check below is sent.
+        tx = await self._load(start=True)
         while True:
             if tx.state in (PspState.COMPLETED, PspState.FAILED):
                 await self._end(tx, tx.state, None, None)
                 return
             if tx.state is PspState.MANUAL_REVIEW:
                 return
-            if tx.state is PspState.NEW:
+            if tx.state is PspState.NEW:  # moved by a webhook or an operator meanwhile: never expected
                 tx = await self._move(tx, PspState.QUERY_PENDING)
             elif tx.state is PspState.QUERY_PENDING:
                 # The beneficiary check moves no money: asking again after a crash is safe.
@@ -152,8 +165,12 @@ class Payout:
                 if not result.accepted:
                     await self._end(tx, PspState.FAILED, None, f"beneficiary refused: {result.reason}")
                     return
-                tx = await self._move(tx, PspState.QUERIED, query_ref=result.query_ref)
-            elif tx.state is PspState.QUERIED:
+                assert result.query_ref is not None, "an accepted beneficiary check has its reference"
+                # QUERIED and CONFIRM_PENDING in one commit, before the transfer is sent.
+                tx = await self._query_accepted(tx, result.query_ref)
+                answer = await self._call(tx, "transfer", self.driver.transfer(order_of(tx)))
+                tx = await self._answered(tx, answer)
+            elif tx.state is PspState.QUERIED:  # a crash between the two moves of an older release
                 tx = await self._move(tx, PspState.CONFIRM_PENDING)
                 answer = await self._call(tx, "transfer", self.driver.transfer(order_of(tx)))
                 tx = await self._answered(tx, answer)
@@ -215,13 +232,21 @@ class Payout:
             raise _Stop
         return moved
 
+    async def _query_accepted(self, tx: PspTx, query_ref: str) -> PspTx:
+        async with self.payments.pool.acquire() as conn:
+            moved = await PspStore(conn).query_accepted(tx=tx, query_ref=query_ref)
+        if moved is None:
+            raise _Stop
+        return moved
+
     async def _store_move(self, tx: PspTx, state: PspState, **fields: object) -> PspTx | None:
         async with self.payments.pool.acquire() as conn:
             return await PspStore(conn).move(tx=tx, state=state, **fields)  # type: ignore[arg-type]
 
-    async def _load(self) -> PspTx:
+    async def _load(self, *, start: bool = False) -> PspTx:
         async with self.payments.pool.acquire() as conn:
-            tx = await PspStore(conn).get(tx_id=self.tx_id)
+            store = PspStore(conn)
+            tx = await (store.get_started(tx_id=self.tx_id) if start else store.get(tx_id=self.tx_id))
         if tx is None:
             raise PermanentError(f"PSP transaction {self.tx_id} does not exist")
         return tx
@@ -317,15 +342,15 @@ async def end_payouts(
         if plan.target is IntentStatus.SETTLED and outcome["status"] != IntentStatus.SETTLED.value:
             log.error("the PSP paid out but the ledger had expired the hold; reconcile by hand",
                       psp_tx_id=str(ends[index].tx.id), intent_id=str(plan.row.id))  # fmt: skip
+    to_end: dict[uuid.UUID, tuple[PspTx, PspState, str | None, str | None]] = {}
     for index, end in enumerate(ends):
         current = txs[end.tx.id]
         if isinstance(outcomes[index], Exception) or current.state in (PspState.COMPLETED, PspState.FAILED):
             continue
-        moved = await PspStore(conn).move(
-            tx=current, state=end.state, confirm_ref=end.reference, last_error=end.reason
-        )
-        assert moved is not None, "the row lock guarantees the state did not change"
-        txs[end.tx.id] = moved
+        to_end.setdefault(current.id, (current, end.state, end.reference, end.reason))
+    if to_end:
+        moved = await PspStore(conn).end_many(ends=list(to_end.values()))
+        assert len(moved) == len(to_end), "the row locks guarantee no state changed"
     return outcomes
 
 

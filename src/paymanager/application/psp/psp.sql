@@ -10,12 +10,38 @@ RETURNING *;
 -- name: psp_tx_get
 SELECT * FROM psp_tx WHERE id = $1;
 
+-- name: psp_tx_get_started
+-- A payout job's load: a NEW transaction is moved to QUERY_PENDING by the same statement (committed
+-- before the beneficiary check is sent, as the write-ahead wants); any other is read as it is. The
+-- second arm reads the snapshot the statement started from, so it answers only when none moved.
+WITH moved AS (
+    UPDATE psp_tx SET state = 'QUERY_PENDING', version = version + 1, updated_at = now()
+     WHERE id = $1 AND state = 'NEW'
+    RETURNING *
+)
+SELECT * FROM moved
+UNION ALL
+SELECT * FROM psp_tx WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM moved);
+
 -- name: psp_tx_get_for_update
 SELECT * FROM psp_tx WHERE id = $1 FOR UPDATE;
 
 -- name: psp_tx_lock_many
 -- Locks transactions $1 in id order (a group of payouts ending in one transaction: payout.py).
 SELECT * FROM psp_tx WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE;
+
+-- name: psp_tx_end_many
+-- Ends the transactions $1, read at versions $2, in states $3 (COMPLETED or FAILED) with the PSP's
+-- references $4 and reasons $5: one statement for the payouts a worker ends in one transaction
+-- (payout.end_payouts), whose rows it locked first, so every one matches.
+UPDATE psp_tx AS t
+   SET state = e.state, version = t.version + 1,
+       confirm_ref = coalesce(e.confirm_ref, t.confirm_ref), last_error = coalesce(e.last_error, t.last_error),
+       updated_at = now(), finished_at = now()
+  FROM unnest($1::uuid[], $2::integer[], $3::text[], $4::text[], $5::text[])
+       AS e(id, version, state, confirm_ref, last_error)
+ WHERE t.id = e.id AND t.version = e.version
+RETURNING t.*;
 
 -- name: psp_tx_by_intent
 SELECT * FROM psp_tx WHERE intent_id = $1;
@@ -38,6 +64,12 @@ UPDATE psp_tx
        resolution = coalesce($10, resolution)
  WHERE id = $1 AND state = $2 AND version = $3
 RETURNING *;
+
+-- name: psp_tx_query_accepted
+-- QUERY_PENDING -> QUERIED (query_ref $3) -> CONFIRM_PENDING in one round trip and one commit, if
+-- the transaction is still at (QUERY_PENDING, version $2): its function (migration 0403) makes the two
+-- moves the schema's trigger checks one by one. Nothing when the transaction moved meanwhile.
+SELECT * FROM psp_tx_query_accepted($1, $2, $3);
 
 -- name: psp_tx_list
 SELECT * FROM psp_tx
@@ -63,9 +95,9 @@ SELECT t.* FROM psp_tx t JOIN intent i ON i.id = t.intent_id
  LIMIT $1;
 
 -- name: payout_intents_without_tx
--- Confirmed payouts (confirmed before PSP transactions existed) without a PSP transaction.
+-- Confirmed payouts (channels $2; confirmed before PSP transactions existed) without a PSP transaction.
 SELECT i.id FROM intent i
- WHERE i.status = 'confirmed' AND i.channel = 'ipps-transfer'
+ WHERE i.status = 'confirmed' AND i.channel = ANY ($2::text[])
    AND NOT EXISTS (SELECT 1 FROM psp_tx t WHERE t.intent_id = i.id)
  LIMIT $1;
 

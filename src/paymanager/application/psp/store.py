@@ -11,6 +11,7 @@ import asyncpg
 
 from paymanager.db.pool import Conn
 from paymanager.db.sql import load_queries
+from paymanager.domain.channels import PAYOUT_CHANNEL_PSPS
 from paymanager.domain.psp import PspState, mask
 
 Q = load_queries("paymanager.application.psp", "psp.sql")
@@ -180,9 +181,29 @@ class PspStore:
     async def get(self, *, tx_id: uuid.UUID, lock: bool = False) -> PspTx | None:
         return _tx(await self._conn.fetchrow(Q["psp_tx_get_for_update" if lock else "psp_tx_get"], tx_id))
 
+    async def get_started(self, *, tx_id: uuid.UUID) -> PspTx | None:
+        """The transaction, moved from NEW to QUERY_PENDING by the same statement if it was NEW."""
+        return _tx(await self._conn.fetchrow(Q["psp_tx_get_started"], tx_id))
+
+    async def query_accepted(self, *, tx: PspTx, query_ref: str) -> PspTx | None:
+        """`tx` (QUERY_PENDING) moved through QUERIED to CONFIRM_PENDING in one commit; None when it
+        changed since it was read."""
+        return _tx(await self._conn.fetchrow(Q["psp_tx_query_accepted"], tx.id, tx.version, query_ref))
+
     async def lock_many(self, *, tx_ids: list[uuid.UUID]) -> list[PspTx]:
         """The transactions of `tx_ids` that exist, locked in id order."""
         return [PspTx.from_row(r) for r in await self._conn.fetch(Q["psp_tx_lock_many"], sorted(set(tx_ids)))]
+
+    async def end_many(self, *, ends: list[tuple[PspTx, PspState, str | None, str | None]]) -> list[PspTx]:
+        """Each `(tx, state, reference, reason)` moved to its terminal state in one statement; the
+        moved transactions (those unchanged since read: all of them when the caller locked them)."""
+        assert all(state in (PspState.COMPLETED, PspState.FAILED) for _, state, _, _ in ends)
+        rows = await self._conn.fetch(
+            Q["psp_tx_end_many"], [tx.id for tx, _, _, _ in ends], [tx.version for tx, _, _, _ in ends],
+            [state.value for _, state, _, _ in ends], [ref for _, _, ref, _ in ends],
+            [reason for _, _, _, reason in ends],
+        )  # fmt: skip
+        return [PspTx.from_row(row) for row in rows]
 
     async def by_intent(self, *, intent_id: uuid.UUID) -> PspTx | None:
         return _tx(await self._conn.fetchrow(Q["psp_tx_by_intent"], intent_id))
@@ -220,7 +241,8 @@ class PspStore:
         return [PspTx.from_row(r) for r in await self._conn.fetch(Q["psp_tx_terminal_unsettled"], limit)]
 
     async def payout_intents_without_tx(self, *, limit: int) -> list[uuid.UUID]:
-        return [r["id"] for r in await self._conn.fetch(Q["payout_intents_without_tx"], limit)]
+        rows = await self._conn.fetch(Q["payout_intents_without_tx"], limit, list(PAYOUT_CHANNEL_PSPS))
+        return [r["id"] for r in rows]
 
     async def put_config(self, *, psp: str, key_id: str, ciphertext: bytes) -> None:
         await self._conn.execute(Q["psp_config_upsert"], psp, key_id, ciphertext)
