@@ -45,11 +45,11 @@ from paymanager.api.app import create_app  # noqa: E402
 
 VACUUM_EVERY = 200
 # Churning tables, bounded by time or count; ledger_account's rows (one per account) change in place;
-# ledger_pending keeps only the holds still open (migration 0205), so its size follows the holds open
-# at once, not the intents settled.
+# ledger_pending keeps only the holds still open (migration 0205), intent_due only the intents waiting
+# for a deadline (0306), so their sizes follow the intents in flight, not the intents settled.
 BOUNDED = (
     "request_signature", "job", "job_queue", "job_periodic", "process", "ledger_account", "storage_upkeep",
-    "ledger_pending",
+    "ledger_pending", "intent_due",
 )  # fmt: skip
 
 # Every ordinary and partitioned table of the schema: its own size plus its partitions' (the members

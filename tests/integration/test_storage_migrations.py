@@ -1,4 +1,4 @@
-"""The storage migrations (0203-0206, 0301-0305) carry a database's existing data over."""
+"""The storage migrations (0203-0206, 0301-0307) carry a database's existing data over."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from paymanager.db.pool import create_pool
 from paymanager.ledger import PostgresLedger, TransferFlags
 from tests.support.databases import DatabaseFactory
 
-STORAGE = {203, 204, 205, 206, 301, 302, 303, 304, 305}
+STORAGE = {203, 204, 205, 206, 301, 302, 303, 304, 305, 306, 307}
+# Those of this release, applied to a database of the previous one (0350 included).
+STORAGE_NOW = {306, 307}
 LATER_RELEASE = 400
 # Later components' migrations numbered below LATER_RELEASE: manual capture (0350-0359).
 LATER_BELOW = range(350, 360)
@@ -134,6 +136,103 @@ async def test_the_storage_migrations_keep_every_row_of_an_existing_database(
                 "path": "/accounts", "status_code": 201, "response_body": '{"id": "x"}',
                 "request_hash": b"h" * 16,
             }  # fmt: skip
+        finally:
+            await conn.close()
+    finally:
+        await database_factory.drop(url)
+
+
+async def _waiting_intents(conn: asyncpg.Connection) -> dict[str, uuid.UUID]:
+    """An intent in each status that waits for a deadline, and a settled one, on the schema of main."""
+    await conn.execute(
+        "INSERT INTO service (id, name, secret_ciphertext, secret_key_id) VALUES ($1, 'old', '\\x00', 'k')",
+        SERVICE,
+    )
+    payer, payee = uuid.UUID(int=0xA1), uuid.UUID(int=0xA2)
+    await conn.execute(
+        "INSERT INTO account (id, kind, currency, owner_service_id) VALUES ($1, 'user', 'THB', $3),"
+        " ($2, 'merchant', 'THB', $3)",
+        payer, payee, SERVICE,
+    )  # fmt: skip
+    ids = {
+        status: uuid.UUID(f"01900000-0000-7000-8000-00000000000{n}")
+        for n, status in enumerate(("created", "confirmed", "requires_capture", "settled"), start=1)
+    }
+    # (channel, status, capture method, version, expires_at, settle_deadline_at, finished_at)
+    rows = {
+        "created": ("merchant-invoice", "created", "automatic", 1, "2024-06-02", None, None),
+        "confirmed": ("internal-p2p", "confirmed", "automatic", 2, None, "2024-06-03", None),
+        "requires_capture": ("internal-p2p", "requires_capture", "manual", 2, None, "2024-06-04", None),
+        "settled": ("internal-p2p", "settled", "automatic", 3, None, "2024-06-01", "2024-06-01"),
+    }
+    for status, (channel, st, method, version, expires, deadline, finished) in rows.items():
+        confirmed = deadline is not None
+        await conn.execute(
+            "INSERT INTO intent (id, service_id, channel, status, capture_method, amount, fee, currency,"
+            " payer_account_id, payee_account_id, version, hold_id, created_at, updated_at, expires_at,"
+            " confirmed_at, settle_deadline_at, finished_at)"
+            " VALUES ($1::uuid, $2, $3, $4, $5, 5, 0, 'THB', $6, $7, $8,"
+            " CASE WHEN $12::boolean THEN $1::uuid END,"
+            " now(), now(), $9::text::timestamptz, CASE WHEN $12 THEN now() END, $10::text::timestamptz,"
+            " $11::text::timestamptz)",
+            ids[status], SERVICE, channel, st, method, payer, payee, version, expires, deadline, finished,
+            confirmed,
+        )  # fmt: skip
+    return ids
+
+
+async def test_the_storage_migrations_of_this_release_carry_a_database_of_the_previous_one_over(
+    database_factory: DatabaseFactory,
+) -> None:
+    url = await database_factory.create_empty()
+    try:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(migrations._CREATE_VERSION_TABLE)
+            await migrations.migrate(conn, only=lambda version: version not in STORAGE_NOW)
+            ids = await _waiting_intents(conn)
+            await conn.execute(
+                "INSERT INTO idempotency_key (id, expires_at, status_code, request_hash, path, response_body)"
+                " VALUES ($1, now() + interval '1 day', 201, $2, '/accounts', '{\"id\": \"x\"}')",
+                key_id(SERVICE, "k-1"), b"h" * 16,
+            )  # fmt: skip
+            applied = await migrations.migrate(conn)
+            assert sorted(m.version for m in applied) == sorted(STORAGE_NOW)
+            # 0306: the intents that wait, each with its deadline; the partial indexes gone.
+            due = {
+                r["status"]: (r["intent_id"], r["due_at"].date().isoformat())
+                for r in await conn.fetch("SELECT * FROM intent_due")
+            }
+            assert due == {
+                "created": (ids["created"], "2024-06-02"),
+                "confirmed": (ids["confirmed"], "2024-06-03"),
+                "requires_capture": (ids["requires_capture"], "2024-06-04"),
+            }
+            indexes = await conn.fetchval(
+                "SELECT array_agg(indexname::text ORDER BY indexname) FROM pg_indexes"
+                " WHERE tablename = 'intent'"
+            )
+            assert indexes == ["intent_payee_idx", "intent_payer_idx", "intent_pkey", "intent_service_idx"]
+            # The trigger keeps it from now on: a settlement ends the wait.
+            await conn.execute(
+                "UPDATE intent SET status = 'settled', version = version + 1, finished_at = now()"
+                " WHERE id = $1",
+                ids["confirmed"],
+            )
+            assert (
+                await conn.fetchval("SELECT count(*) FROM intent_due WHERE intent_id = $1", ids["confirmed"])
+                == 0
+            )
+            # 0307: a key stored before is read by the new claim, and its lock taken.
+            claimed = await conn.fetchrow(
+                "SELECT * FROM idempotency_key_claim_signed($1, $2, now(), $3, now() + interval '5 minutes')",
+                SERVICE, key_id(SERVICE, "k-1"), b"s" * 32,
+            )  # fmt: skip
+            assert (claimed["fresh_signature"], claimed["status_code"], claimed["path"]) == (
+                True,
+                201,
+                "/accounts",
+            )
         finally:
             await conn.close()
     finally:

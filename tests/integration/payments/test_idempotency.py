@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import orjson
 import pytest
 
 from paymanager.api.signing import new_nonce
 from paymanager.application.idempotency.keys import body_digest, key_id
+from paymanager.application.idempotency.store import Claim, IdempotencyStore
 from paymanager.application.intents.queries import CAPTURE_FIELDS
 from paymanager.application.intents.settle import settle
 from tests.integration.payments.conftest import Api
+from tests.support.locks import wait_for_a_waiter_behind
 
 
 async def test_same_key_same_body_returns_the_first_response_marked_replayed(api: Api) -> None:
@@ -69,6 +73,56 @@ async def test_concurrent_requests_with_one_key_create_one_intent(api: Api) -> N
         assert (
             await conn.fetchval("SELECT count(*) FROM intent WHERE payer_account_id = $1::uuid", payer) == 1
         )
+
+
+async def _hold_the_key(conn: asyncpg.Connection, service_id: str, key: str) -> None:
+    """The first request's claim of `key`, on `conn`'s open transaction (the key's lock, to its end)."""
+    fresh, stored = await IdempotencyStore(conn).claim_signed(
+        Claim(service_id, key_id(service_id, key), datetime.now(UTC), os.urandom(32),
+              datetime.now(UTC) + timedelta(minutes=5))
+    )  # fmt: skip
+    assert (fresh, stored) == (True, None)
+
+
+async def test_a_request_waits_for_the_first_with_its_key_and_then_sees_what_it_committed(api: Api) -> None:
+    async with api.payments.pool.acquire() as holder:
+        first = holder.transaction()
+        await first.start()
+        await _hold_the_key(holder, api.client.service_id, "held")
+        second = asyncio.ensure_future(
+            api.client.post("/accounts", {"kind": "user", "currency": "THB"}, key="held")
+        )
+        await wait_for_a_waiter_behind(api.payments.pool, holder.get_server_pid())
+        assert not second.done()
+        # The first request's outcome, for another request than the second's.
+        now = datetime.now(UTC)
+        await IdempotencyStore(holder).store(
+            key_id=key_id(api.client.service_id, "held"), path="/first", request_hash=bytes(16),
+            expires_at=now + timedelta(days=1), status_code=201, body={"first": True}, reference=None,
+            notify_channel="test", notices=[],
+        )  # fmt: skip
+        await first.commit()
+    answer = await second
+    assert answer.status_code == 409
+    assert answer.json()["error"]["details"]["first_path"] == "/first"
+
+
+async def test_a_request_that_waited_for_a_first_rolled_back_runs_itself(api: Api) -> None:
+    async with api.payments.pool.acquire() as holder:
+        first = holder.transaction()
+        await first.start()
+        await _hold_the_key(holder, api.client.service_id, "dropped")
+        second = asyncio.ensure_future(
+            api.client.post("/accounts", {"kind": "user", "currency": "THB"}, key="dropped")
+        )
+        await wait_for_a_waiter_behind(api.payments.pool, holder.get_server_pid())
+        await first.rollback()
+    answer = await second
+    assert answer.status_code == 201
+    assert "Idempotent-Replayed" not in answer.headers
+    again = await api.client.post("/accounts", {"kind": "user", "currency": "THB"}, key="dropped")
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == answer.json()
 
 
 async def test_keys_are_kept_at_least_a_day(api: Api) -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from paymanager.application import ledger_ops
 from paymanager.application.context import Payments
 from paymanager.application.holds.store import Decision, DecisionStore
-from paymanager.application.ids import new_id
+from paymanager.application.ids import new_hold_id
 from paymanager.application.intents.store import Intent, IntentStore
 from paymanager.db.pool import Conn
 from paymanager.domain.capture import Capture
@@ -46,9 +46,9 @@ async def hold_id_for(payments: Payments, intent_id: uuid.UUID) -> uuid.UUID:
     """The id of the hold a confirm is about to make: a new one on PostgreSQL (the hold commits or
     rolls back with the confirm); on TigerBeetle the recorded one, committed before the hold."""
     if ledger_ops.joins_transactions(payments.ledger):
-        return new_id()
+        return new_hold_id()
     async with payments.side.acquire() as side:
-        return await DecisionStore(side).take_hold_id(intent_id=intent_id, fresh=new_id())
+        return await DecisionStore(side).take_hold_id(intent_id=intent_id, fresh=new_hold_id())
 
 
 async def hold(
@@ -75,7 +75,7 @@ async def hold(
 
 
 async def _renew_hold_id(payments: Payments, intent_id: uuid.UUID, burned: uuid.UUID) -> uuid.UUID:
-    fresh = new_id()
+    fresh = new_hold_id()
     async with payments.side.acquire() as side:
         await DecisionStore(side).renew_hold_id(intent_id=intent_id, burned=burned, fresh=fresh)
     return fresh

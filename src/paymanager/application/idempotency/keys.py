@@ -92,35 +92,27 @@ async def claim_signed(
     back); otherwise True and the stored outcome when the key has one (None: the key is ours now).
     Raises `IdempotencyKeyReusedError` when the key was used for a different request.
     """
-    store = IdempotencyStore(conn)
-    result = await store.claim_signed(
+    fresh, found = await IdempotencyStore(conn).claim_signed(
         Claim(
             service_id=wanted.service_id,
             key_id=wanted.key_id,
-            path=wanted.path,
-            request_hash=wanted.digest,
             now=wanted.now,
-            expires_at=wanted.expires_at,
             signature=signature,
             signature_expires_at=signature_expires_at,
         )
     )
-    if not result.fresh_signature:
+    if not fresh:
         return False, None
-    return True, None if result.claimed else await _stored(store, wanted)
-
-
-async def _stored(store: IdempotencyStore, wanted: KeyClaim) -> StoredOutcome:
-    found = await store.get(key_id=wanted.key_id)
-    assert found is not None, "the conflicting row was committed before our claim returned"
-    assert found.status_code is not None, "a committed key always has its outcome"
+    if found is None:
+        return True, None
     if found.request_hash != wanted.digest:
         # Only POSTs are idempotent, so the first request's method is known without keeping it.
         raise IdempotencyKeyReusedError(
             "this Idempotency-Key was used for a different request; use a new key for a new request",
             {"key": wanted.key, "first_method": "POST", "first_path": found.path},
         )
-    return StoredOutcome(found.status_code, found.response_body, found.reference)
+    assert found.status_code is not None, "a stored key has its outcome"
+    return True, StoredOutcome(found.status_code, found.response_body, found.reference)
 
 
 async def store(
@@ -128,7 +120,8 @@ async def store(
 ) -> None:
     """Store the key's outcome and send `notices` on `notify_channel`, in one round trip."""
     await IdempotencyStore(conn).store(
-        key_id=key.key_id, status_code=outcome.status_code, body=outcome.body, reference=outcome.reference,
+        key_id=key.key_id, path=key.path, request_hash=key.digest, expires_at=key.expires_at,
+        status_code=outcome.status_code, body=outcome.body, reference=outcome.reference,
         notify_channel=notify_channel, notices=notices,
     )  # fmt: skip
 

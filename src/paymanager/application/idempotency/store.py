@@ -18,18 +18,9 @@ class Claim:
 
     service_id: str
     key_id: uuid.UUID
-    path: str
-    request_hash: bytes
     now: datetime
-    expires_at: datetime
     signature: bytes
     signature_expires_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimResult:
-    fresh_signature: bool
-    claimed: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,23 +50,21 @@ class IdempotencyStore:
     def __init__(self, conn: Conn) -> None:
         self._conn = conn
 
-    async def claim_signed(self, claim: Claim) -> ClaimResult:
-        """Remember the signature and claim the key, in one round trip."""
+    async def claim_signed(self, claim: Claim) -> tuple[bool, StoredKey | None]:
+        """Remember the signature and, unless it is a replay, lock the key to the end of the
+        transaction and read its live outcome, in one round trip: whether the signature is fresh, and
+        the key stored (None: none is, the key is ours now)."""
         row = await self._conn.fetchrow(
-            Q["idempotency_key_claim_signed"], claim.service_id, claim.key_id, claim.path, claim.request_hash,
-            claim.now, claim.signature, claim.signature_expires_at, claim.expires_at,
+            Q["idempotency_key_claim_signed"], claim.service_id, claim.key_id, claim.now, claim.signature,
+            claim.signature_expires_at,
         )  # fmt: skip
         assert row is not None, "the statement always returns one row"
-        return ClaimResult(row["fresh_signature"], row["claimed"])
-
-    async def get(self, *, key_id: uuid.UUID) -> StoredKey | None:
-        row = await self._conn.fetchrow(Q["idempotency_key_get"], key_id)
-        if row is None:
-            return None
+        if row["status_code"] is None:
+            return row["fresh_signature"], None
         reference = None
         if row["response_ref"] is not None:
             reference = Reference(row["response_ref"], row["response_version"], row["response_digest"])
-        return StoredKey(
+        return row["fresh_signature"], StoredKey(
             row["path"], row["request_hash"], row["status_code"], row["response_body"], reference
         )
 
@@ -83,18 +72,21 @@ class IdempotencyStore:
         self,
         *,
         key_id: uuid.UUID,
+        path: str,
+        request_hash: bytes,
+        expires_at: datetime,
         status_code: int,
         body: object,
         reference: Reference | None,
         notify_channel: str,
         notices: list[str],
     ) -> None:
-        """Store the key's outcome (`body`, or when `reference` is given nothing but the reference)
-        and send `notices` on `notify_channel`, in one round trip."""
+        """Store the key with its request and outcome (`body`, or when `reference` is given nothing
+        but the reference) and send `notices` on `notify_channel`, in one round trip."""
         ref = reference
         await self._conn.execute(
             Q["idempotency_key_store"], key_id, status_code, None if ref else body, ref and ref.intent_id,
-            ref and ref.version, ref and ref.digest, notify_channel, notices,
+            ref and ref.version, ref and ref.digest, path, request_hash, expires_at, notify_channel, notices,
         )  # fmt: skip
 
     async def prune(self, *, now: datetime, limit: int) -> int:

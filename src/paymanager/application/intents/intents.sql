@@ -65,12 +65,14 @@ SELECT coalesce(sum(amount), 0)::bigint
 
 -- name: intent_confirmed_batch
 -- Confirmed intents settled by the outbox (not the payouts, channels $4, awaiting a PSP), oldest
--- deadline first, after cursor $1 (a deadline and id pair), at most $3.
-SELECT id, settle_deadline_at
-  FROM intent
- WHERE status = 'confirmed' AND channel <> ALL ($4::text[])
-   AND (settle_deadline_at, id) > ($1, $2)
- ORDER BY settle_deadline_at, id
+-- deadline first, after cursor $1 (a deadline and id pair), at most $3. Found through intent_due
+-- (migration 0306).
+SELECT d.intent_id AS id, d.due_at AS settle_deadline_at
+  FROM intent_due AS d
+  JOIN intent AS i ON i.id = d.intent_id
+ WHERE d.status = 'confirmed' AND (d.due_at, d.intent_id) > ($1, $2)
+   AND i.status = 'confirmed' AND i.channel <> ALL ($4::text[])
+ ORDER BY d.due_at, d.intent_id
  LIMIT $3;
 
 -- name: intent_history
@@ -105,22 +107,27 @@ SELECT finished.* FROM finished JOIN recorded ON recorded.intent_id = finished.i
 -- name: intent_capture_due
 -- Up to $2 manual intents still uncaptured past their capture deadline at $1, locked; rows a capture,
 -- a cancel or another sweep holds are skipped (they are being ended).
-SELECT *
-  FROM intent
- WHERE status = 'requires_capture' AND settle_deadline_at <= $1
- ORDER BY settle_deadline_at
+-- Found through intent_due (migration 0306); the intent's own status is checked again under its lock.
+SELECT i.*
+  FROM intent_due AS d
+  JOIN intent AS i ON i.id = d.intent_id
+ WHERE d.status = 'requires_capture' AND d.due_at <= $1 AND i.status = 'requires_capture'
+ ORDER BY d.due_at
  LIMIT $2
-   FOR UPDATE SKIP LOCKED;
+   FOR UPDATE OF i SKIP LOCKED;
 
 -- name: intent_expire_due
 -- Expires up to $2 created invoices whose expires_at passed at $1, in one statement; rows another
 -- process is expiring (or confirming) are skipped, so concurrent sweeps never expire one twice.
+-- Found through intent_due (migration 0306); the intent's own status is checked again under its lock.
 WITH due AS (
-    SELECT id FROM intent
-     WHERE status = 'created' AND expires_at <= $1
-     ORDER BY expires_at
+    SELECT i.id
+      FROM intent_due AS d
+      JOIN intent AS i ON i.id = d.intent_id
+     WHERE d.status = 'created' AND d.due_at <= $1 AND i.status = 'created'
+     ORDER BY d.due_at
      LIMIT $2
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF i SKIP LOCKED
 )
 UPDATE intent
    SET status = 'expired', version = version + 1, finished_at = $1, updated_at = $1, failure_reason = $3

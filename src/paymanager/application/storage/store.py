@@ -11,7 +11,7 @@ Q = load_queries("paymanager.application.storage", "storage.sql")
 
 # The tables whose rows churn (inserted, then deleted within hours): without autovacuum they bloat
 # until someone vacuums them.
-CHURN_TABLES = ("idempotency_key", "job", "request_signature")
+CHURN_TABLES = ("idempotency_key", "intent_due", "job", "request_signature")
 
 
 class StorageStore:
