@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from paymanager.adapters.secret_box import SecretBox
 from paymanager.application.intents.events import EventPublisher
 from paymanager.config import Settings
+from paymanager.db.notices import Notices
 from paymanager.db.pool import Pool
 from paymanager.domain.channels import ChannelRegistry, SystemAccount, system_account_name
 from paymanager.ledger import Ledger
@@ -47,6 +48,14 @@ class Payments:
     # the caller's transaction holds a connection of `pool`. Apart from `pool`, so that callers each
     # holding one of its connections never all wait for a second one (None: `pool`).
     side_pool: Pool | None = None
+    _notices: Notices | None = field(default=None, init=False, repr=False)
+
+    @property
+    def notices(self) -> Notices:
+        """The NOTIFYs the api sends after its commits (db/notices.py), on `pool`."""
+        if self._notices is None:
+            self._notices = Notices(self.pool)
+        return self._notices
 
     @property
     def side(self) -> Pool:

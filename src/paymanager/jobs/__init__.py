@@ -6,6 +6,7 @@ follow the lifecycle (`EventStream`). `migrate(conn)` installs the engine's tabl
 lifecycle is drawn in docs/state_machines.md.
 """
 
+from paymanager.jobs._queries import CHANNEL_AVAILABLE as JOB_AVAILABLE_CHANNEL
 from paymanager.jobs.admin import set_global_concurrency, set_rate_limit, set_waiting_events
 from paymanager.jobs.backoff import OUTBOX_SCHEDULE, Backoff, Exponential, Fixed, Schedule
 from paymanager.jobs.context import JobContext
@@ -47,6 +48,7 @@ from paymanager.jobs.states import JobState
 from paymanager.jobs.worker import Worker
 
 __all__ = [
+    "JOB_AVAILABLE_CHANNEL",
     "OUTBOX_SCHEDULE",
     "Backoff",
     "CodecError",

@@ -589,6 +589,8 @@ class InsertParams:
     lifo: bool = False
     # What this job's death does to its parent (None: the parent's on_child_dead).
     parent_policy: str | None = None
+    # False: no NOTIFY in the caller's transaction; the caller wakes the queue after its commit.
+    notify: bool = True
 
 
 async def insert(db: Executor, params: InsertParams) -> int | None:
@@ -597,7 +599,7 @@ async def insert(db: Executor, params: InsertParams) -> int | None:
     rows = await db.fetch(
         Q["job_insert"], p.queue, p.kind, p.payload, p.priority, p.run_at, p.delay_ms, p.max_attempts,
         p.backoff, p.unique_key, p.timeout_ms, p.parent_id, p.state.value if p.state is not None else None,
-        p.pending_children, p.on_child_dead, p.lifo, p.parent_policy,
+        p.pending_children, p.on_child_dead, p.lifo, p.parent_policy, p.notify,
     )  # fmt: skip
     return int(rows[0]["id"]) if rows else None
 

@@ -150,6 +150,7 @@ async def enqueue(
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     dedup: Dedup | None = None,
     lifo: bool = False,
+    notify: bool = True,
 ) -> EnqueueResult:
     """Write one job on `conn` (inside the caller's transaction, if any).
 
@@ -157,7 +158,10 @@ async def enqueue(
     with `created=False`. With `dedup`, a key held for a time (throttle) or while its job waits
     (debounce: that job takes this payload, priority and delay, `replaced=True`). With `lifo`, the job runs
     before the waiting jobs of its priority, the newest first. A queue at its maximum depth raises
-    `QueueFullError`. `payload` may be a pydantic model (stored as its JSON form).
+    `QueueFullError`. `payload` may be a pydantic model (stored as its JSON form). With
+    `notify=False` the insert sends no NOTIFY, so the caller's commit does not take PostgreSQL's
+    NOTIFY lock: the caller wakes the queue after its commit (`wake_text`, db/notices.py), or the
+    workers find the job at their next poll.
     """
     # The active trace goes with the job (TRACING_ENABLED): its attempt's span joins the caller's trace.
     payload = with_trace(payload_json(payload))
@@ -180,7 +184,7 @@ async def enqueue(
     return await _insert(
         conn, kind, payload, queue=queue, priority=priority, run_at=run_at, delay_ms=delay_ms,
         max_attempts=max_attempts, backoff=backoff, unique_key=unique_key, timeout_ms=timeout_ms,
-        parent_id=parent_id, lifo=lifo,
+        parent_id=parent_id, lifo=lifo, notify=notify,
     )  # fmt: skip
 
 
@@ -250,6 +254,7 @@ async def _insert(
     on_child_dead: ChildPolicy = "fail",
     parent_policy: ChildPolicy | None = None,
     lifo: bool = False,
+    notify: bool = True,
     tries_left: int = 3,
 ) -> EnqueueResult:
     backoff_json = backoff.to_json() if backoff is not None else None
@@ -260,7 +265,7 @@ async def _insert(
                 queue=queue, kind=kind, payload=payload, priority=priority, run_at=run_at, delay_ms=delay_ms,
                 max_attempts=max_attempts, backoff=backoff_json, unique_key=unique_key, timeout_ms=timeout_ms,
                 parent_id=parent_id, state=state, pending_children=pending_children,
-                on_child_dead=on_child_dead, lifo=lifo, parent_policy=parent_policy,
+                on_child_dead=on_child_dead, lifo=lifo, parent_policy=parent_policy, notify=notify,
             ),
         )  # fmt: skip
     except asyncpg.DataError as exc:
@@ -286,7 +291,7 @@ async def _insert(
         conn, kind, payload, queue=queue, priority=priority, run_at=run_at, delay_ms=delay_ms,
         max_attempts=max_attempts, backoff=backoff, unique_key=unique_key, timeout_ms=timeout_ms,
         parent_id=parent_id, state=state, pending_children=pending_children, on_child_dead=on_child_dead,
-        parent_policy=parent_policy, lifo=lifo, tries_left=tries_left - 1,
+        parent_policy=parent_policy, lifo=lifo, notify=notify, tries_left=tries_left - 1,
     )  # fmt: skip
 
 

@@ -5,7 +5,8 @@
 -- Inserts one job unless its queue is full or an unfinished job holds its unique key.
 -- $1 queue, $2 kind, $3 payload, $4 priority, $5 run_at (NULL: now), $6 delay_ms, $7 max_attempts,
 -- $8 backoff, $9 unique_key, $10 timeout_ms, $11 parent_id, $12 state override (NULL: by run_at),
--- $13 pending_children, $14 on_child_dead, $15 lifo, $16 parent_policy (NULL: the parent's)
+-- $13 pending_children, $14 on_child_dead, $15 lifo, $16 parent_policy (NULL: the parent's),
+-- $17 notify: false when the caller wakes the queue's workers after its commit (db/notices.py)
 -- A LIFO job ($15) runs before the waiting jobs of its priority, the newest first: its run_at is
 -- the enqueue time mirrored about the Unix epoch, so the claims' one order (priority, run_at, id)
 -- serves it (docs/state_machines.md, "LIFO").
@@ -35,7 +36,7 @@ SELECT $1, $2, $3, $4, target.run_at, $7, $8, $9, $10, $11,
  WHERE NOT EXISTS (SELECT 1 FROM full_queue)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'dead', 'cancelled')
 DO NOTHING
-RETURNING id, CASE WHEN state = 'available' THEN pg_notify('pm_job_available', queue) END AS notified,
+RETURNING id, CASE WHEN state = 'available' AND $17::boolean THEN pg_notify('pm_job_available', queue) END AS notified,
           CASE WHEN state = 'available' AND (SELECT s.waiting_events FROM settings AS s)
                THEN pg_notify('pm_job_events', json_build_array(json_build_object(
                         'e', 'waiting', 'id', id, 'k', kind, 'q', queue))::text) END AS waiting

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
+from paymanager.db.notices import Notices
 from paymanager.db.pool import connect
 from paymanager.jobs import NewJob, enqueue, enqueue_flow, enqueue_many
 from paymanager.jobs._queries import CHANNEL_AVAILABLE
@@ -100,3 +101,34 @@ async def test_enqueue_many_wakes_each_queue_with_an_available_job_once(
     rows = await pool.fetch("SELECT id, payload FROM job WHERE id = ANY($1::bigint[])", ids)
     by_id = {row["id"]: row["payload"] for row in rows}
     assert [by_id[i].get("i") for i in ids[:-1]] == list(range(50))
+
+
+async def test_an_enqueue_without_notify_leaves_the_wake_up_to_its_caller(
+    pool: asyncpg.Pool, heard: Heard
+) -> None:
+    """`notify=False` keeps the NOTIFY (and PostgreSQL's NOTIFY lock) out of the caller's commit; the
+    caller's post-commit `Notices` wakes the queue instead (db/notices.py)."""
+    async with pool.acquire() as conn, conn.transaction():
+        await enqueue(conn, "k", {}, queue="quiet", notify=False)
+    assert await heard.after_commit(pool) == []
+    notices = Notices(pool)
+    notices.send(CHANNEL_AVAILABLE, ["quiet"])
+    await notices.flush()
+    assert await heard.after_commit(pool) == ["quiet"]
+
+
+async def test_notices_queued_while_one_is_sent_all_arrive_in_order(pool: asyncpg.Pool, heard: Heard) -> None:
+    notices = Notices(pool)
+    for queue in ("a", "b", "c"):
+        notices.send(CHANNEL_AVAILABLE, [queue])
+    notices.send(CHANNEL_AVAILABLE, [])
+    await notices.flush()
+    assert await heard.after_commit(pool) == ["a", "b", "c"]
+
+
+async def test_notices_that_cannot_be_sent_are_logged_not_raised(database_url: str) -> None:
+    closed = await asyncpg.create_pool(database_url, min_size=0, max_size=1)
+    await closed.close()
+    notices = Notices(closed)
+    notices.send(CHANNEL_AVAILABLE, ["lost"])
+    await notices.flush()  # a lost notice costs its listener a poll interval, never the caller

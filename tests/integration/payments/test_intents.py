@@ -19,11 +19,13 @@ from paymanager.application.intents.events import NOTIFY_CHANNEL, event_payload
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle
 from paymanager.application.intents.store import Intent
+from paymanager.jobs import JOB_AVAILABLE_CHANNEL
 from paymanager.ledger import LedgerConflictError, Transfer
 from tests.integration.payments.conftest import Api
 from tests.support.ledger_holds import expire_holds_in_one_second, wait_until_released
 from tests.support.locks import wait_for_a_waiter_behind
 from tests.support.signed_client import SignedClient
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.both_ledgers
 CONFLICTS = "ledger conflicts (LedgerConflictError) are the PostgreSQL ledger's"
@@ -481,6 +483,26 @@ async def test_confirm_refusals_and_its_notified_event(api: Api, database_url: s
         assert [n for n in notified if n["intent_id"] == created["id"] and n["status"] == "confirmed"] == [
             event_payload(Intent.from_row(row))
         ]
+    finally:
+        await listener.close()
+
+
+async def test_a_confirm_wakes_the_settlement_queue_after_its_commit(api: Api, database_url: str) -> None:
+    """The confirm's enqueue sends no NOTIFY inside its transaction (db/notices.py); the outbox
+    workers are woken all the same, by the api's post-commit notice."""
+    payer, payee = await _funded_pair(api)
+    woken: list[str] = []
+    listener = await asyncpg.connect(database_url)
+    await listener.add_listener(JOB_AVAILABLE_CHANNEL, lambda *args: woken.append(args[3]))
+    try:
+        created = (await api.client.post("/intents", _p2p(payer, payee, 1_000))).json()
+        confirmed = await api.client.post(f"/intents/{created['id']}/confirm")
+        assert confirmed.status_code == 200, confirmed.text
+
+        async def outbox_woken() -> bool:
+            return "outbox" in woken
+
+        await wait_until(outbox_woken)
     finally:
         await listener.close()
 

@@ -26,6 +26,7 @@ from paymanager.application.intents.settle import publish
 from paymanager.application.intents.store import Intent, IntentStore
 from paymanager.db.pool import Conn
 from paymanager.domain.errors import DomainError
+from paymanager.jobs import JOB_AVAILABLE_CHANNEL
 from paymanager.ledger import LedgerConflictError
 
 
@@ -38,8 +39,8 @@ class IntentReply:
     intent: Intent
 
 
-# The work of one POST: given the transaction's connection and the events it announces (NOTIFYed by
-# the transaction's last statement, published to Redis after the commit), it returns the status code
+# The work of one POST: given the transaction's connection and the events it announces (NOTIFYed and
+# published to Redis after the commit), it returns the status code
 # and the JSON body of the response, or an `IntentReply`.
 Work = Callable[[Conn, events.Pending], Awaitable[tuple[int, object] | IntentReply]]
 # How a refusal (a `REFUSALS` exception) is answered: the status code and body stored under the key.
@@ -118,13 +119,10 @@ async def _transaction(
                 raise _Refused from exc
         outcome = _outcome(reply)
         status, payload = outcome.status_code, outcome.body
-        await keys.store(
-            conn,
-            claim,
-            outcome,
-            events.NOTIFY_CHANNEL,
-            [events.notify_text(event) for event in pending.notified],
-        )
+        await keys.store(conn, claim, outcome, events.NOTIFY_CHANNEL, [])
+    payments.notices.send(events.NOTIFY_CHANNEL, [events.notify_text(event) for event in pending.notified])
+    for queue in pending.woken:
+        payments.notices.send(JOB_AVAILABLE_CHANNEL, [queue])
     for event in pending.published:
         await publish(payments, event)
     return PostOutcome(status, payload, replayed=False)

@@ -37,8 +37,13 @@ def settle_unique_key(intent_id: uuid.UUID) -> str:
     return f"intent.settle:{intent_id}"
 
 
-async def enqueue_settlement(payments: Payments, conn: Conn, intent_id: uuid.UUID) -> bool:
-    """Enqueue the settlement job of an intent on `conn`; False when a live one already exists."""
+async def enqueue_settlement(
+    payments: Payments, conn: Conn, intent_id: uuid.UUID, pending: events.Pending | None = None
+) -> bool:
+    """Enqueue the settlement job of an intent on `conn`; False when a live one already exists.
+
+    With `pending`, the insert sends no NOTIFY: the queue is named in `pending.woken` and woken
+    after the caller's commit (db/notices.py)."""
     result = await enqueue(
         conn,
         SETTLE_KIND,
@@ -47,7 +52,10 @@ async def enqueue_settlement(payments: Payments, conn: Conn, intent_id: uuid.UUI
         max_attempts=payments.settings.outbox_max_attempts,
         backoff=OUTBOX_SCHEDULE,
         unique_key=settle_unique_key(intent_id),
+        notify=pending is None,
     )
+    if pending is not None and result.created:
+        pending.woken.add(OUTBOX_QUEUE)
     return bool(result.created)
 
 
@@ -62,8 +70,8 @@ async def confirm_intent(
 ) -> Intent:
     """The confirmed intent; or, for an invoice past `expires_at`, the intent now `expired`.
 
-    The confirmed event is left in `pending.notified`: the caller NOTIFYs it before its commit (one
-    round trip fewer than a NOTIFY of its own; `run_idempotent` sends it with the stored outcome).
+    The confirmed event is left in `pending.notified` and the settlement queue in `pending.woken`:
+    the caller sends both after its commit (`run_idempotent`: db/notices.py).
     `hold_savepoint=False` when the caller runs its whole transaction again on `LedgerConflictError`
     (`run_idempotent` does): the hold then takes no savepoint, two round trips fewer.
     """
@@ -93,7 +101,7 @@ async def confirm_intent(
         # (reconcile.expire_due_captures): no settlement job.
         assert channel.manual_capture, "create refuses manual capture on other channels"
     elif channel.settles_on_confirm:
-        await enqueue_settlement(payments, conn, intent_id)
+        await enqueue_settlement(payments, conn, intent_id, pending)
     elif updated.channel in PAYOUT_CHANNELS:
         # Refused before anything is held: PSP_NAMES may have lost the PSP since the intent was created.
         check_psp_served(payments, updated.channel)

@@ -48,15 +48,18 @@ class NoPublisher:
 @dataclass(slots=True)
 class Pending:
     """What one API transaction announces. `published` go to Redis after the commit; `notified` are
-    also NOTIFYed inside the transaction, by its last statement (`run_idempotent` sends them with
-    the stored outcome), so a status change and its NOTIFY cost no round trip of their own."""
+    also NOTIFYed after the commit (`run_idempotent` hands them to `Payments.notices`, so the commit
+    does not take PostgreSQL's NOTIFY lock: db/notices.py), and so are the wake-ups of the job
+    queues in `woken`, which the transaction enqueued on without a NOTIFY."""
 
     published: list[Event] = field(default_factory=list)
     notified: list[Event] = field(default_factory=list)
+    woken: set[str] = field(default_factory=set)
 
     def clear(self) -> None:
         self.published.clear()
         self.notified.clear()
+        self.woken.clear()
 
 
 def event_payload(intent: Intent) -> Event:
