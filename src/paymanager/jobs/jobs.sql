@@ -201,68 +201,6 @@ SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 
   FROM done AS d
  WHERE (SELECT count(*) FROM notified) >= 0
 
--- name: job_claim_batch_deleting
--- job_claim_batch for a worker whose completed jobs are kept for no time (WorkerOptions
--- delete_completed): its completions DELETE the rows instead of updating them to `completed`, which
--- writes no new row version and no index entry, and leaves nothing for the pruner. Results ($7) are
--- not kept. The worker sends it only completions of jobs without a parent (a flow's child is
--- completed, so the parent's trigger counts it and the parent can read its result).
--- Every other part is job_claim_batch's: change both together (test_claim_commit.py holds them to
--- the same jobs).
-WITH done AS (
-    DELETE FROM job
-     USING unnest($5::bigint[], $6::uuid[], $7::jsonb[]) AS r(id, token, result)
-     WHERE job.id = ANY ($5::bigint[]) AND job.id = r.id AND job.lease_token = r.token
-    RETURNING job.id, job.kind, job.queue, job.attempt
-), notified AS (
-    -- `completed` events ($8 true), in chunks of 25 so a payload stays under NOTIFY's 8000 bytes.
-    SELECT pg_notify('pm_job_events', json_agg(json_build_object(
-               'e', 'completed', 'id', n.id, 'k', n.kind, 'q', n.queue, 'a', n.attempt))::text)
-      FROM (SELECT d.*, (row_number() OVER () - 1) / 25 AS chunk FROM done AS d) AS n
-     WHERE $8::boolean
-     GROUP BY n.chunk
-), wanted AS (
-    SELECT w.queue, w.wanted
-      FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
-     WHERE w.wanted > 0
-       AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.name = w.queue AND (q.paused OR q.rate_max IS NOT NULL
-                       OR q.concurrency_max IS NOT NULL OR q.rate_paused_until > now()))
-), locked AS (
-    SELECT picked.id
-      FROM wanted
-     CROSS JOIN LATERAL (
-        SELECT j.id FROM job j
-         WHERE j.state = 'available' AND j.queue = wanted.queue
-         ORDER BY j.priority, j.run_at, j.id
-         LIMIT wanted.wanted
-           FOR UPDATE SKIP LOCKED) AS picked
-), claimed AS (
-    UPDATE job
-       SET state = 'running',
-           attempt = job.attempt + 1,
-           attempted_at = now(),
-           lease_owner = $3,
-           lease_token = gen_random_uuid(),
-           lease_expires_at = now() + make_interval(secs => $4::bigint / 1000.0)
-     WHERE job.id = ANY (ARRAY(SELECT locked.id FROM locked))
-    -- $9 true (the worker passes it only when this statement completes nothing): commit without
-    -- waiting for the WAL flush. A claim lost in a crash of the server leaves its jobs available,
-    -- as a worker's crash does; every completion stays durable, and flushes this claim with it.
-    -- Set from the RETURNING list, before the commit that reads it, only when a job was claimed
-    -- (a claim of nothing writes nothing to flush), not by a CTE that every claim's plan would run.
-    RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.attempt, job.max_attempts,
-              job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
-              CASE WHEN $9::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick,
-              extract(epoch FROM now() - job.run_at)::float8 AS waited_s
-)
-SELECT true AS claimed, c.id, c.queue, c.kind, c.payload, c.priority, c.attempt, c.max_attempts,
-       c.backoff, c.timeout_ms, c.lease_token, c.parent_id, c.cancel_requested, c.quick, c.waited_s
-  FROM claimed AS c
-UNION ALL
-SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-  FROM done AS d
- WHERE (SELECT count(*) FROM notified) >= 0
-
 -- name: job_claim
 -- job_claim_batch with nothing to complete: an idle worker's claim, on the enqueue-to-start path.
 -- The same claim without the completion, event and UNION parts, whose setup and execution weigh on
@@ -358,23 +296,6 @@ WITH done AS (
        SET state = 'completed', finalized_at = now(), result = r.result,
            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
       FROM unnest($1::bigint[], $2::uuid[], $3::jsonb[]) AS r(id, token, result)
-     WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
-    RETURNING job.id, job.kind, job.queue, job.attempt
-), notified AS (
-    SELECT pg_notify('pm_job_events', json_agg(json_build_object(
-               'e', 'completed', 'id', n.id, 'k', n.kind, 'q', n.queue, 'a', n.attempt))::text)
-      FROM (SELECT d.*, (row_number() OVER () - 1) / 25 AS chunk FROM done AS d) AS n
-     WHERE $4::boolean
-     GROUP BY n.chunk
-)
-SELECT d.id FROM done AS d WHERE (SELECT count(*) FROM notified) >= 0
-
--- name: job_complete_many_deleting
--- job_complete_many deleting the rows (WorkerOptions delete_completed, as job_claim_batch_deleting;
--- the worker sends it no job with a parent). Results ($3) are not kept.
-WITH done AS (
-    DELETE FROM job
-     USING unnest($1::bigint[], $2::uuid[], $3::jsonb[]) AS r(id, token, result)
      WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
     RETURNING job.id, job.kind, job.queue, job.attempt
 ), notified AS (

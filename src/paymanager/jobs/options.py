@@ -82,7 +82,7 @@ class WorkerOptions:
     claim_lock_timeout_ms: int = 1_000
     # Completed jobs are deleted as they complete instead of kept as `completed` rows for retention
     # to prune (BullMQ's removeOnComplete: true): no result is kept, and `wait_until_finished` and
-    # `jobs show` find no such job. The lighter write per job (docs/BENCHMARKS.md, "Job engine").
+    # `jobs show` find no such job; each completion writes no new row version and leaves nothing to prune.
     # Only the worker's own completions of jobs without a parent: a flow's child, and a job completed
     # in a handler's own transaction (complete_in), stay `completed` rows for retention.
     delete_completed: bool = False
