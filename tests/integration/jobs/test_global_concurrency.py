@@ -125,3 +125,27 @@ async def test_the_cli_sets_shows_and_removes_a_global_concurrency(
 async def cli(database_url: str, *args: str) -> tuple[int, str]:
     result = await asyncio.to_thread(run_cli, ["jobs", *args], paymanager_env(database_url))
     return result.returncode, result.stdout + result.stderr
+
+
+# Index entries the statements of this transaction read from the job table's indexes so far.
+INDEX_ENTRIES_READ = """
+SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)), 0)::bigint
+  FROM pg_index WHERE indrelid = 'job'::regclass
+"""
+
+
+async def test_a_limited_claim_counts_only_its_own_queues_running_jobs(pool: asyncpg.Pool) -> None:
+    # The running count is taken on every claim of a globally limited queue; if it walked the
+    # running jobs of every queue, a busy plain queue beside it would slow each of those claims.
+    await set_global_concurrency(pool, QUEUE, 3)
+    busy = 300
+    await enqueue_many(pool, [NewJob("plain_call", {"i": i}, queue="plain") for i in range(busy)])
+    await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE)])
+    claim = "SELECT claimed FROM job_claim_limited($1, $2, 'test', 60000, false)"
+    assert len(await pool.fetch(claim, "plain", busy)) == busy
+    async with pool.acquire() as conn, conn.transaction():
+        before = int(await conn.fetchval(INDEX_ENTRIES_READ))
+        assert [r["claimed"] for r in await conn.fetch(claim, QUEUE, 1)] == [True]
+        read = int(await conn.fetchval(INDEX_ENTRIES_READ)) - before
+    # The claim reads its queue's available job and its few running ones, not the other queue's.
+    assert read < busy // 10, read
