@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from paymanager.application import ledger_ops
-from paymanager.application.psp.store import PspStore
+from paymanager.application.psp.payout import WriteAheads
 from paymanager.domain.channels import SystemAccount
 from tests.integration.psp.conftest import PayoutApi, StartPayoutApi
 from tests.support.signed_client import SignedClient
@@ -323,26 +323,41 @@ async def test_a_payout_found_part_way_goes_on_from_there_and_sends_once(
     assert working.sandbox.submissions() == {str(tx["id"]): 1}
 
 
-async def test_the_folded_moves_commit_each_state_and_leave_a_moved_transaction_alone(
+async def test_payouts_started_together_commit_each_state_in_one_transaction_and_leave_a_moved_one_alone(
     start_payout_api: StartPayoutApi,
 ) -> None:
+    # No psp-worker: the jobs wait, and the test drives the write-ahead steps itself.
     api = await start_payout_api(worker_roles="api,outbox-worker")
     payer = await api.funded_account(100_000)
-    tx_id = (await api.tx(await api.payout(payer, 5_000)))["id"]
+    tx_ids = [uuid.UUID(str((await api.tx(await api.payout(payer, 5_000 + n)))["id"])) for n in range(4)]
+    steps = WriteAheads(api.payments.pool, batch_max=100, batches_in_flight_max=1)
+    missing = uuid.uuid4()
+
+    started = await asyncio.gather(*(steps.start(tx_id) for tx_id in [*tx_ids, missing]))
+    assert started[-1] is None
+    moved = [tx for tx in started if tx is not None]
+    assert [(tx.id, tx.state.value, tx.version) for tx in moved] == [(i, "QUERY_PENDING", 2) for i in tx_ids]
+    # One group: one transaction (now() is its start), so one commit for the four.
+    assert len({tx.updated_at for tx in moved}) == 1
+    assert await steps.start(tx_ids[0]) == moved[0]  # not NEW any more: read as it is
+
+    # The same view given twice in one group moves once: the second caller's view is stale.
+    first, stale, *others = await asyncio.gather(
+        steps.query_accepted(moved[0], "q-0"), steps.query_accepted(moved[0], "q-stale"),
+        *(steps.query_accepted(tx, f"q-{n}") for n, tx in enumerate(moved[1:], start=1)),
+    )  # fmt: skip
+    assert stale is None
+    confirming = [first, *others]
+    assert all(tx is not None for tx in confirming)
+    assert [(tx.id, tx.state.value, tx.version, tx.query_ref) for tx in confirming if tx is not None] == [
+        (tx_id, "CONFIRM_PENDING", 4, f"q-{n}") for n, tx_id in enumerate(tx_ids)
+    ]
+    assert await steps.query_accepted(moved[1], "q-again") is None  # a stale view moves nothing
     async with api.payments.pool.acquire() as conn:
-        store = PspStore(conn)
-        started = await store.get_started(tx_id=tx_id)
-        assert started is not None
-        assert (started.state.value, started.version) == ("QUERY_PENDING", 2)
-        again = await store.get_started(tx_id=tx_id)  # not NEW any more: read as it is
-        assert again == started
-        confirming = await store.query_accepted(tx=started, query_ref="q-1")
-        assert confirming is not None
-        assert (confirming.state.value, confirming.version, confirming.query_ref) == (
-            "CONFIRM_PENDING",
-            4,
-            "q-1",
+        rows = await conn.fetch(
+            "SELECT state, version, query_ref FROM psp_tx WHERE id = ANY($1) ORDER BY id", tx_ids
         )
-        assert await store.query_accepted(tx=started, query_ref="q-2") is None  # a stale view moves nothing
-        row = await conn.fetchrow("SELECT state, version, query_ref FROM psp_tx WHERE id = $1", tx_id)
-    assert dict(row) == {"state": "CONFIRM_PENDING", "version": 4, "query_ref": "q-1"}
+    assert [dict(row) for row in rows] == [
+        {"state": "CONFIRM_PENDING", "version": 4, "query_ref": f"q-{n}"}
+        for n, _ in sorted(enumerate(tx_ids), key=lambda pair: pair[1])
+    ]

@@ -10,7 +10,9 @@ completes the job: the intent settles exactly once (the settlement row's primary
 guarantee). The payouts a worker ends at once share that transaction (`end_payouts` through
 `jobs/batch.py`, each job still fenced by its lease): every payout's post credits the one nostro
 account, whose row stays locked until the commit, so payouts ending one transaction each would queue
-on that lock one commit at a time.
+on that lock one commit at a time. The two write-ahead commits (the start's and the transfer's) are
+shared the same way by the payouts a worker runs at once (`WriteAheads`): one statement and one
+commit per group, each payout's call still made only after its own state is committed.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn, TypeVar
+
+import asyncpg
 
 from paymanager.adapters.psp.port import (
     PayoutOrder,
@@ -33,13 +37,13 @@ from paymanager.application.intents import events
 from paymanager.application.intents.settle import FinishPlan, finish, finish_many, publish_many
 from paymanager.application.intents.store import Intent, IntentStore
 from paymanager.application.psp.store import PspStore, PspTx
-from paymanager.db.pool import Conn
+from paymanager.db.pool import Conn, Pool
 from paymanager.domain.channels import PAYOUT_CHANNEL_PSPS
 from paymanager.domain.errors import DomainError, PspNotServedError
 from paymanager.domain.intents import IntentStatus, transition
 from paymanager.domain.psp import PspOutcome, PspState, mask, state_of
 from paymanager.jobs import JobContext, PermanentError, RateLimitedError, enqueue
-from paymanager.jobs.batch import SharedTransactions
+from paymanager.jobs.batch import GroupRunner, SharedTransactions
 from paymanager.logging import get_logger
 from paymanager.metrics import psp as psp_metrics
 
@@ -135,17 +139,69 @@ def order_of(tx: PspTx) -> PayoutOrder:
     return PayoutOrder(tx.id, tx.idempotency_key, tx.amount, tx.currency, tx.beneficiary, tx.query_ref)
 
 
+class WriteAheads:
+    """The write-ahead commits of the payouts a worker runs at once: the start (NEW -> QUERY_PENDING,
+    before the beneficiary check) and the accepted check (-> CONFIRM_PENDING, before the transfer).
+
+    Each is one statement and one commit per group (`jobs.batch.GroupRunner`: a group starts on the
+    loop's next turn, the payouts one claim started join it) instead of one per payout, and each
+    caller gets its own row only once the group committed, so the guarantee is the single payout's:
+    nothing is sent before its state is committed. The statements lock their rows in id order, as
+    every group of payouts does. A group whose statement fails (a row the schema refuses) is run
+    again one payout at a time, so that failure stays the one payout's."""
+
+    def __init__(self, pool: Pool, *, batch_max: int, batches_in_flight_max: int) -> None:
+        self._pool = pool
+        self._starts: GroupRunner[uuid.UUID, PspTx | None] = GroupRunner(
+            self._start_group, batch_max=batch_max, batches_in_flight_max=batches_in_flight_max
+        )
+        self._accepts: GroupRunner[tuple[PspTx, str], PspTx | None] = GroupRunner(
+            self._accept_group, batch_max=batch_max, batches_in_flight_max=batches_in_flight_max
+        )
+
+    async def start(self, tx_id: uuid.UUID) -> PspTx | None:
+        """The transaction, moved from NEW to QUERY_PENDING and committed if it was NEW; None when it
+        does not exist."""
+        return await self._starts.submit(tx_id)
+
+    async def query_accepted(self, tx: PspTx, query_ref: str) -> PspTx | None:
+        """`tx` moved QUERY_PENDING -> QUERIED -> CONFIRM_PENDING and committed; None when it changed."""
+        return await self._accepts.submit((tx, query_ref))
+
+    async def _start_group(self, tx_ids: list[uuid.UUID]) -> list[PspTx | Exception | None]:
+        try:
+            async with self._pool.acquire() as conn:
+                found = await PspStore(conn).get_started_many(tx_ids=tx_ids)
+        except asyncpg.PostgresError as exc:
+            if len(tx_ids) == 1:
+                return [exc]
+            return [outcome for tx_id in tx_ids for outcome in await self._start_group([tx_id])]
+        return [found.get(tx_id) for tx_id in tx_ids]
+
+    async def _accept_group(self, accepted: list[tuple[PspTx, str]]) -> list[PspTx | Exception | None]:
+        try:
+            async with self._pool.acquire() as conn:
+                moved = await PspStore(conn).query_accepted_many(accepted=accepted)
+        except asyncpg.PostgresError as exc:
+            if len(accepted) == 1:
+                return [exc]
+            return [outcome for pair in accepted for outcome in await self._accept_group([pair])]
+        return list(moved)
+
+
 class Payout:
     """One run of a payout job: the steps from the state it finds, until an end or a wait."""
 
     def __init__(
-        self, payments: Payments, driver: PspDriver, settings: PayoutSettings, ctx: JobContext, ends: Ends
-    ) -> None:
+        self, payments: Payments, driver: PspDriver, settings: PayoutSettings, ctx: JobContext, ends: Ends,
+        write_aheads: WriteAheads,
+    ) -> None:  # fmt: skip
         self.payments = payments
         self.driver = driver
         self.settings = settings
         self.ctx = ctx
         self.ends = ends
+        self.write_aheads = write_aheads
         self.tx_id = uuid.UUID(str(ctx.payload["psp_tx_id"]))
 
     async def run(self) -> None:
@@ -233,8 +289,7 @@ class Payout:
         return moved
 
     async def _query_accepted(self, tx: PspTx, query_ref: str) -> PspTx:
-        async with self.payments.pool.acquire() as conn:
-            moved = await PspStore(conn).query_accepted(tx=tx, query_ref=query_ref)
+        moved = await self.write_aheads.query_accepted(tx, query_ref)
         if moved is None:
             raise _Stop
         return moved
@@ -244,9 +299,11 @@ class Payout:
             return await PspStore(conn).move(tx=tx, state=state, **fields)  # type: ignore[arg-type]
 
     async def _load(self, *, start: bool = False) -> PspTx:
-        async with self.payments.pool.acquire() as conn:
-            store = PspStore(conn)
-            tx = await (store.get_started(tx_id=self.tx_id) if start else store.get(tx_id=self.tx_id))
+        if start:
+            tx = await self.write_aheads.start(self.tx_id)
+        else:
+            async with self.payments.pool.acquire() as conn:
+                tx = await PspStore(conn).get(tx_id=self.tx_id)
         if tx is None:
             raise PermanentError(f"PSP transaction {self.tx_id} does not exist")
         return tx
@@ -372,6 +429,9 @@ def payout_handler(
         )  # fmt: skip
 
     ends = {psp: shared(psp) for psp in drivers}
+    write_aheads = WriteAheads(
+        payments.pool, batch_max=settings.end_batch_max, batches_in_flight_max=settings.end_batches_in_flight
+    )
 
     async def handle(ctx: JobContext) -> None:
         psp = ctx.queue.removeprefix("psp.")
@@ -379,7 +439,7 @@ def payout_handler(
         if driver is None:
             raise PermanentError(f"no driver for PSP {psp!r} in this process")
         try:
-            await Payout(payments, driver, settings, ctx, ends[psp]).run()
+            await Payout(payments, driver, settings, ctx, ends[psp], write_aheads).run()
         except _Stop:
             return
 

@@ -10,18 +10,22 @@ RETURNING *;
 -- name: psp_tx_get
 SELECT * FROM psp_tx WHERE id = $1;
 
--- name: psp_tx_get_started
--- A payout job's load: a NEW transaction is moved to QUERY_PENDING by the same statement (committed
--- before the beneficiary check is sent, as the write-ahead wants); any other is read as it is. The
--- second arm reads the snapshot the statement started from, so it answers only when none moved.
-WITH moved AS (
-    UPDATE psp_tx SET state = 'QUERY_PENDING', version = version + 1, updated_at = now()
-     WHERE id = $1 AND state = 'NEW'
-    RETURNING *
+-- name: psp_tx_get_started_many
+-- The load of the payout jobs a worker starts at once ($1): in one statement and one commit, the NEW
+-- transactions are locked in id order (the order every group of payouts takes them) and moved to
+-- QUERY_PENDING (committed before the beneficiary check is sent, as the write-ahead wants); the
+-- others are read as they are, from the snapshot the statement started from.
+WITH locked AS (
+    SELECT id FROM psp_tx WHERE id = ANY ($1::uuid[]) AND state = 'NEW' ORDER BY id FOR UPDATE
+), moved AS (
+    UPDATE psp_tx SET state = 'QUERY_PENDING', version = psp_tx.version + 1, updated_at = now()
+      FROM locked
+     WHERE psp_tx.id = locked.id AND psp_tx.state = 'NEW'
+    RETURNING psp_tx.*
 )
 SELECT * FROM moved
 UNION ALL
-SELECT * FROM psp_tx WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM moved);
+SELECT * FROM psp_tx WHERE id = ANY ($1::uuid[]) AND id NOT IN (SELECT id FROM moved);
 
 -- name: psp_tx_get_for_update
 SELECT * FROM psp_tx WHERE id = $1 FOR UPDATE;
@@ -65,11 +69,16 @@ UPDATE psp_tx
  WHERE id = $1 AND state = $2 AND version = $3
 RETURNING *;
 
--- name: psp_tx_query_accepted
--- QUERY_PENDING -> QUERIED (query_ref $3) -> CONFIRM_PENDING in one round trip and one commit, if
--- the transaction is still at (QUERY_PENDING, version $2): its function (migration 0403) makes the two
--- moves the schema's trigger checks one by one. Nothing when the transaction moved meanwhile.
-SELECT * FROM psp_tx_query_accepted($1, $2, $3);
+-- name: psp_tx_query_accepted_many
+-- QUERY_PENDING -> QUERIED -> CONFIRM_PENDING for the transactions $1 (in id order) still at
+-- (QUERY_PENDING, version $2), with the query_refs $3: one statement and one commit for a group of
+-- payouts whose beneficiary the PSP accepted. psp_tx_query_accepted (migration 0403) makes the two
+-- moves the schema's trigger checks one by one, and returns nothing for a transaction that moved
+-- meanwhile. A row per transaction moved, with its place in $1 (1-based; given twice, it moves once).
+SELECT a.n AS given_at, r.*
+  FROM unnest($1::uuid[], $2::integer[], $3::text[]) WITH ORDINALITY AS a (id, version, query_ref, n)
+ CROSS JOIN LATERAL psp_tx_query_accepted(a.id, a.version, a.query_ref) AS r
+ ORDER BY a.n;
 
 -- name: psp_tx_list
 SELECT * FROM psp_tx

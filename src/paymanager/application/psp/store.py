@@ -181,14 +181,25 @@ class PspStore:
     async def get(self, *, tx_id: uuid.UUID, lock: bool = False) -> PspTx | None:
         return _tx(await self._conn.fetchrow(Q["psp_tx_get_for_update" if lock else "psp_tx_get"], tx_id))
 
-    async def get_started(self, *, tx_id: uuid.UUID) -> PspTx | None:
-        """The transaction, moved from NEW to QUERY_PENDING by the same statement if it was NEW."""
-        return _tx(await self._conn.fetchrow(Q["psp_tx_get_started"], tx_id))
+    async def get_started_many(self, *, tx_ids: list[uuid.UUID]) -> dict[uuid.UUID, PspTx]:
+        """The transactions of `tx_ids` that exist, by id, those that were NEW moved to QUERY_PENDING by
+        the same statement (the caller commits it before any call)."""
+        rows = await self._conn.fetch(Q["psp_tx_get_started_many"], sorted(set(tx_ids)))
+        return {tx.id: tx for tx in map(PspTx.from_row, rows)}
 
-    async def query_accepted(self, *, tx: PspTx, query_ref: str) -> PspTx | None:
-        """`tx` (QUERY_PENDING) moved through QUERIED to CONFIRM_PENDING in one commit; None when it
-        changed since it was read."""
-        return _tx(await self._conn.fetchrow(Q["psp_tx_query_accepted"], tx.id, tx.version, query_ref))
+    async def query_accepted_many(self, *, accepted: list[tuple[PspTx, str]]) -> list[PspTx | None]:
+        """Each `(tx, query_ref)` (QUERY_PENDING) moved through QUERIED to CONFIRM_PENDING, in one
+        statement (the rows locked in id order): per pair in the order given, the moved transaction,
+        or None when it changed since it was read."""
+        order = sorted(range(len(accepted)), key=lambda i: accepted[i][0].id)
+        rows = await self._conn.fetch(
+            Q["psp_tx_query_accepted_many"], [accepted[i][0].id for i in order],
+            [accepted[i][0].version for i in order], [accepted[i][1] for i in order],
+        )  # fmt: skip
+        moved: list[PspTx | None] = [None] * len(accepted)
+        for row in rows:
+            moved[order[row["given_at"] - 1]] = PspTx.from_row(row)
+        return moved
 
     async def lock_many(self, *, tx_ids: list[uuid.UUID]) -> list[PspTx]:
         """The transactions of `tx_ids` that exist, locked in id order."""
