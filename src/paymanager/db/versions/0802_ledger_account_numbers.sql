@@ -33,7 +33,9 @@ ALTER TABLE ledger_transfer RENAME COLUMN credit_account_id TO credit_account_nu
 DROP FUNCTION ledger_account_number_of(uuid);
 
 -- As in migration 0206, the accounts of the pending transfers and the transfers' accounts read back
--- as account ids through their numbers (ledger_account_number_key).
+-- as account ids through their numbers (ledger_account_number_key). The account joins of a transfer
+-- are outer joins: a transfer whose account were missing must still be found (else its id would be
+-- written again), and its NULL account id fails the batch in postgres.py instead.
 CREATE OR REPLACE FUNCTION ledger_batch_load(account_ids uuid[], pending_ids uuid[], transfer_ids uuid[])
 RETURNS TABLE (
     kind text, id uuid, u1 uuid, u2 uuid, u3 uuid, u4 uuid,
@@ -79,8 +81,8 @@ BEGIN
                     WHEN r.flags & 8 <> 0 THEN 'voided' END
           FROM (SELECT DISTINCT w.id FROM unnest(transfer_ids || pending_ids) AS w (id)) AS w
           JOIN ledger_transfer AS t ON t.id = w.id
-          JOIN ledger_account AS d ON d.number = t.debit_account_number
-          JOIN ledger_account AS c ON c.number = t.credit_account_number
+          LEFT JOIN ledger_account AS d ON d.number = t.debit_account_number
+          LEFT JOIN ledger_account AS c ON c.number = t.credit_account_number
           LEFT JOIN ledger_pending AS p ON p.id = t.id
           LEFT JOIN LATERAL (
               SELECT x.flags FROM ledger_transfer AS x
