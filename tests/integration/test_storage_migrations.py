@@ -1,4 +1,4 @@
-"""The storage migrations (0203-0206, 0301-0307) carry a database's existing data over."""
+"""The storage migrations (0203-0206, 0301-0307, 0802) carry a database's existing data over."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import asyncpg
 from paymanager.application.idempotency.keys import key_id
 from paymanager.db import migrations
 from paymanager.db.pool import create_pool
-from paymanager.ledger import PostgresLedger, TransferFlags
+from paymanager.ledger import PostgresLedger, Transfer, TransferFlags
 from tests.support.databases import DatabaseFactory
 
 STORAGE = {203, 204, 205, 206, 301, 302, 303, 304, 305, 306, 307}
@@ -235,5 +235,95 @@ async def test_the_storage_migrations_of_this_release_carry_a_database_of_the_pr
             )
         finally:
             await conn.close()
+    finally:
+        await database_factory.drop(url)
+
+
+ACCOUNT_NUMBERS = 802
+
+
+async def test_the_account_numbers_migration_converts_transfers_and_reads_them_back_as_ids(
+    database_factory: DatabaseFactory,
+) -> None:
+    """0802: transfers written with 16-byte account ids keep naming the same accounts once stored as
+    account numbers, through every reader, and partitions made afterwards index the numbers."""
+    url = await database_factory.create_empty()
+    try:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(migrations._CREATE_VERSION_TABLE)
+            await migrations.migrate(conn, only=lambda version: version != ACCOUNT_NUMBERS)
+            # Accounts 3 and 1 created in that order, so numbers and ids do not sort alike.
+            for n, ts in ((3, 1), (1, 2), (2, 3)):
+                await conn.execute(
+                    "INSERT INTO ledger_account (id, user_data_128, user_data_64, user_data_32, ledger, code,"
+                    " flags, timestamp) VALUES ($1, $1, 0, 0, 1, 1, 0, $2)",
+                    uuid.UUID(int=n), ts,
+                )  # fmt: skip
+            await conn.execute(
+                "UPDATE ledger_account SET debits_posted = 5, credits_pending = 7 WHERE id = $1",
+                uuid.UUID(int=3),
+            )
+            await conn.execute(
+                "UPDATE ledger_account SET credits_posted = 5, debits_pending = 7 WHERE id = $1",
+                uuid.UUID(int=1),
+            )
+            # A posted transfer 3 -> 1 and a pending one 1 -> 3, still open, of this month.
+            now_ns = await conn.fetchval("SELECT ledger_month_ns((now() AT TIME ZONE 'UTC')::date) + 1000")
+            await conn.execute(
+                "INSERT INTO ledger_transfer (id, debit_account_id, credit_account_id, amount, pending_id,"
+                " user_data_128, user_data_64, user_data_32, timeout, ledger, code, flags, timestamp) VALUES"
+                " ($1, $3, $4, 5, NULL, $1, 0, 0, 0, 1, 1, 0, $5),"
+                " ($2, $4, $3, 7, NULL, $2, 0, 0, 0, 1, 1, 2, $5 + 1)",
+                uuid.UUID(int=0x10), uuid.UUID(int=0x11), uuid.UUID(int=3), uuid.UUID(int=1), now_ns,
+            )  # fmt: skip
+            await conn.execute("INSERT INTO ledger_pending VALUES ($1, 'pending', NULL)", uuid.UUID(int=0x11))
+            applied = await migrations.migrate(conn)
+            assert [m.version for m in applied] == [ACCOUNT_NUMBERS]
+            columns = dict(
+                await conn.fetch(
+                    "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute"
+                    " WHERE attrelid = 'ledger_transfer'::regclass AND attname LIKE '%account%'"
+                    " AND NOT attisdropped"
+                )
+            )
+            assert columns == {"debit_account_number": "bigint", "credit_account_number": "bigint"}
+            numbers = dict(await conn.fetch("SELECT id, number FROM ledger_account"))
+            assert len(set(numbers.values())) == 3
+            stored = await conn.fetchrow(
+                "SELECT debit_account_number, credit_account_number FROM ledger_transfer WHERE id = $1",
+                uuid.UUID(int=0x10),
+            )
+            assert tuple(stored) == (numbers[uuid.UUID(int=3)], numbers[uuid.UUID(int=1)])
+            # A partition made after the migration indexes the numbers (ledger_transfer_partition_create).
+            assert await conn.fetchval("SELECT ledger_transfer_partition_create('2200-01-01')")
+            definitions = await conn.fetchval(
+                "SELECT array_agg(indexdef ORDER BY indexdef) FROM pg_indexes"
+                " WHERE tablename = 'ledger_transfer_p2200_01' AND indexdef LIKE '%account%'"
+            )
+            assert [d.split(" USING ")[1] for d in definitions] == [
+                'btree (credit_account_number, "timestamp")',
+                'btree (debit_account_number, "timestamp")',
+            ]
+        finally:
+            await conn.close()
+        pool = await create_pool(url, min_size=1, max_size=2)
+        try:
+            ledger = PostgresLedger(pool)
+            posted, pending = await ledger.lookup_transfers([0x10, 0x11])
+            assert (posted.debit_account_id, posted.credit_account_id) == (3, 1)
+            assert (pending.debit_account_id, pending.credit_account_id) == (1, 3)
+            assert [t.id for t in await ledger.get_account_transfers(1)] == [0x10, 0x11]
+            assert (await ledger.verify()).ok
+            # The open hold resolves on its converted accounts: a void gives account 1 its 7 back.
+            voided = await ledger.create_transfers(
+                [Transfer(0x12, pending_id=0x11, ledger=1, code=1, flags=TransferFlags.VOID_PENDING_TRANSFER)]
+            )
+            assert voided[0].ok, voided
+            (one,) = await ledger.lookup_accounts([1])
+            assert (one.debits_pending, one.credits_posted) == (0, 5)
+            assert (await ledger.verify()).ok
+        finally:
+            await pool.close()
     finally:
         await database_factory.drop(url)

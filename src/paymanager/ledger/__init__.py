@@ -38,7 +38,9 @@ Deliberate differences of the PostgreSQL ledger from TigerBeetle:
   event carries). The conformance suite checks both sides, TigerBeetle's on a real replica.
 - `ledger_transfer` has no foreign keys to `ledger_account` (each insert would look its accounts up
   again, while the writer already holds them locked): the writer only writes transfers between
-  accounts it holds locked, and `verify()` checks references.
+  accounts it holds locked, and `verify()` checks references. It stores its accounts' numbers
+  (`ledger_account.number`, migration 0802), not their 16-byte ids: the batch functions translate,
+  and every read joins back to the ids.
 - `ledger_transfer` is partitioned by month of its timestamp (migration 0203): a transfer's timestamp
   must fall in a month whose partition exists (the process creates them ahead), and a month can be
   archived, after which its transfer ids are forgotten (`verify()` counts its sums, migration 0204).

@@ -1,7 +1,9 @@
 -- Statements of the PostgreSQL ledger (tables in db/versions/0200_ledger.sql).
 -- Columns of accounts and transfers are always selected in the order of the Account and Transfer
 -- dataclasses, so rows decode positionally. A transfer's u32 and u16 columns are stored as the same
--- bits in integer and smallint (migration 0206): read through ledger_u32 / ledger_u16.
+-- bits in integer and smallint (migration 0206): read through ledger_u32 / ledger_u16. A transfer
+-- stores its accounts' numbers (ledger_account.number, migration 0802): every read joins back to the
+-- account ids, so a Transfer's debit_account_id and credit_account_id are the accounts' u128 ids.
 
 -- name: account_select_many
 -- Accounts by id, without locking (lookups).
@@ -25,11 +27,13 @@ SELECT id, debits_pending, debits_posted, credits_pending, credits_posted, user_
  LIMIT $2;
 
 -- name: transfer_select_many
-SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
-       ledger_u32(user_data_32) AS user_data_32, ledger_u32(timeout) AS timeout, ledger_u32(ledger) AS ledger,
-       ledger_u16(code) AS code, ledger_u16(flags) AS flags, timestamp
-  FROM ledger_transfer
- WHERE id = ANY($1::uuid[]);
+SELECT t.id, d.id AS debit_account_id, c.id AS credit_account_id, t.amount, t.pending_id, t.user_data_128,
+       t.user_data_64, ledger_u32(t.user_data_32) AS user_data_32, ledger_u32(t.timeout) AS timeout,
+       ledger_u32(t.ledger) AS ledger, ledger_u16(t.code) AS code, ledger_u16(t.flags) AS flags, t.timestamp
+  FROM ledger_transfer AS t
+  JOIN ledger_account AS d ON d.number = t.debit_account_number
+  JOIN ledger_account AS c ON c.number = t.credit_account_number
+ WHERE t.id = ANY($1::uuid[]);
 
 -- name: batch_load
 -- Locks and reads what a batch touches (see the function ledger_batch_load in migration 0200):
@@ -55,53 +59,72 @@ SELECT ledger_batch_write(
 
 -- name: pending_expired_candidates
 -- Pending transfers whose timeout passed at $1 (nanoseconds), oldest first, at most $2.
-SELECT p.id, t.debit_account_id, t.credit_account_id
+SELECT p.id, d.id AS debit_account_id, c.id AS credit_account_id
   FROM ledger_pending AS p
   JOIN ledger_transfer AS t ON t.id = p.id
+  JOIN ledger_account AS d ON d.number = t.debit_account_number
+  JOIN ledger_account AS c ON c.number = t.credit_account_number
  WHERE p.state = 'pending' AND p.expires_at <= $1
  ORDER BY p.expires_at
  LIMIT $2;
 
 -- name: account_transfers_page
 -- Transfers of account $1 with $2 <= timestamp <= $3, code $4 (0: any), oldest first, at most $5.
--- Two index range scans (debit side, credit side) merged, so a busy account costs only its page.
-SELECT * FROM (
-    (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
-            ledger_u32(user_data_32) AS user_data_32, ledger_u32(timeout) AS timeout,
-            ledger_u32(ledger) AS ledger, ledger_u16(code) AS code, ledger_u16(flags) AS flags, timestamp
+-- Two index range scans (debit side, credit side) merged, so a busy account costs only its page; the
+-- account's id is looked up once as its number, and only the page's rows join back to account ids.
+SELECT t.id, d.id AS debit_account_id, c.id AS credit_account_id, t.amount, t.pending_id, t.user_data_128,
+       t.user_data_64, ledger_u32(t.user_data_32) AS user_data_32, ledger_u32(t.timeout) AS timeout,
+       ledger_u32(t.ledger) AS ledger, ledger_u16(t.code) AS code, ledger_u16(t.flags) AS flags, t.timestamp
+  FROM (
+    (SELECT id, debit_account_number, credit_account_number, amount, pending_id, user_data_128,
+            user_data_64, user_data_32, timeout, ledger, code, flags, timestamp
        FROM ledger_transfer
-      WHERE debit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = ledger_i16($4))
+      WHERE debit_account_number = (SELECT number FROM ledger_account WHERE id = $1)
+        AND timestamp BETWEEN $2 AND $3
+        AND ($4::int = 0 OR code = ledger_i16($4))
       ORDER BY timestamp LIMIT $5)
     UNION ALL
-    (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
-            ledger_u32(user_data_32) AS user_data_32, ledger_u32(timeout) AS timeout,
-            ledger_u32(ledger) AS ledger, ledger_u16(code) AS code, ledger_u16(flags) AS flags, timestamp
+    (SELECT id, debit_account_number, credit_account_number, amount, pending_id, user_data_128,
+            user_data_64, user_data_32, timeout, ledger, code, flags, timestamp
        FROM ledger_transfer
-      WHERE credit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = ledger_i16($4))
+      WHERE credit_account_number = (SELECT number FROM ledger_account WHERE id = $1)
+        AND timestamp BETWEEN $2 AND $3
+        AND ($4::int = 0 OR code = ledger_i16($4))
       ORDER BY timestamp LIMIT $5)
-) AS page
-ORDER BY timestamp
-LIMIT $5;
+    ORDER BY timestamp
+    LIMIT $5
+  ) AS t
+  JOIN ledger_account AS d ON d.number = t.debit_account_number
+  JOIN ledger_account AS c ON c.number = t.credit_account_number
+ ORDER BY t.timestamp;
 
 -- name: account_transfers_page_reversed
 -- As account_transfers_page, newest first.
-SELECT * FROM (
-    (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
-            ledger_u32(user_data_32) AS user_data_32, ledger_u32(timeout) AS timeout,
-            ledger_u32(ledger) AS ledger, ledger_u16(code) AS code, ledger_u16(flags) AS flags, timestamp
+SELECT t.id, d.id AS debit_account_id, c.id AS credit_account_id, t.amount, t.pending_id, t.user_data_128,
+       t.user_data_64, ledger_u32(t.user_data_32) AS user_data_32, ledger_u32(t.timeout) AS timeout,
+       ledger_u32(t.ledger) AS ledger, ledger_u16(t.code) AS code, ledger_u16(t.flags) AS flags, t.timestamp
+  FROM (
+    (SELECT id, debit_account_number, credit_account_number, amount, pending_id, user_data_128,
+            user_data_64, user_data_32, timeout, ledger, code, flags, timestamp
        FROM ledger_transfer
-      WHERE debit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = ledger_i16($4))
+      WHERE debit_account_number = (SELECT number FROM ledger_account WHERE id = $1)
+        AND timestamp BETWEEN $2 AND $3
+        AND ($4::int = 0 OR code = ledger_i16($4))
       ORDER BY timestamp DESC LIMIT $5)
     UNION ALL
-    (SELECT id, debit_account_id, credit_account_id, amount, pending_id, user_data_128, user_data_64,
-            ledger_u32(user_data_32) AS user_data_32, ledger_u32(timeout) AS timeout,
-            ledger_u32(ledger) AS ledger, ledger_u16(code) AS code, ledger_u16(flags) AS flags, timestamp
+    (SELECT id, debit_account_number, credit_account_number, amount, pending_id, user_data_128,
+            user_data_64, user_data_32, timeout, ledger, code, flags, timestamp
        FROM ledger_transfer
-      WHERE credit_account_id = $1 AND timestamp BETWEEN $2 AND $3 AND ($4::int = 0 OR code = ledger_i16($4))
+      WHERE credit_account_number = (SELECT number FROM ledger_account WHERE id = $1)
+        AND timestamp BETWEEN $2 AND $3
+        AND ($4::int = 0 OR code = ledger_i16($4))
       ORDER BY timestamp DESC LIMIT $5)
-) AS page
-ORDER BY timestamp DESC
-LIMIT $5;
+    ORDER BY timestamp DESC
+    LIMIT $5
+  ) AS t
+  JOIN ledger_account AS d ON d.number = t.debit_account_number
+  JOIN ledger_account AS c ON c.number = t.credit_account_number
+ ORDER BY t.timestamp DESC;
 
 -- name: ledger_verify_totals
 -- Sums over all accounts, as numeric so that they cannot overflow.
@@ -117,21 +140,24 @@ SELECT count(*) AS accounts,
 -- Accounts whose stored balances differ from the sums of their transfers (at most $1). A transfer
 -- adds its amount to posted balances unless it is pending (2) or a void (8); a pending transfer adds
 -- it to pending balances while its state is 'pending'. Archived months count by their sums per
--- account (ledger_transfer_archived, migration 0204).
+-- account (ledger_transfer_archived, migration 0204). A transfer whose account number names no
+-- account has no leg here: ledger_verify_references reports it.
 WITH leg AS (
     SELECT account_id, 0 AS debits_pending, debits_posted, 0 AS credits_pending, credits_posted
       FROM ledger_transfer_archived
     UNION ALL
-    SELECT t.debit_account_id,
+    SELECT a.id,
            CASE WHEN t.flags & 2 <> 0 AND p.state = 'pending' THEN t.amount ELSE 0 END,
            CASE WHEN t.flags & 10 = 0 THEN t.amount ELSE 0 END,
            0, 0
       FROM ledger_transfer AS t LEFT JOIN ledger_pending AS p ON p.id = t.id
+      JOIN ledger_account AS a ON a.number = t.debit_account_number
     UNION ALL
-    SELECT t.credit_account_id, 0, 0,
+    SELECT a.id, 0, 0,
            CASE WHEN t.flags & 2 <> 0 AND p.state = 'pending' THEN t.amount ELSE 0 END,
            CASE WHEN t.flags & 10 = 0 THEN t.amount ELSE 0 END
       FROM ledger_transfer AS t LEFT JOIN ledger_pending AS p ON p.id = t.id
+      JOIN ledger_account AS a ON a.number = t.credit_account_number
 ), total AS (
     SELECT account_id, sum(debits_pending) AS debits_pending, sum(debits_posted) AS debits_posted,
            sum(credits_pending) AS credits_pending, sum(credits_posted) AS credits_posted
@@ -177,8 +203,8 @@ SELECT t.id
 -- benchmark showed to be a third of a batch's time, so this query checks it instead.
 SELECT t.id
   FROM ledger_transfer AS t
- WHERE NOT EXISTS (SELECT 1 FROM ledger_account AS a WHERE a.id = t.debit_account_id)
-    OR NOT EXISTS (SELECT 1 FROM ledger_account AS a WHERE a.id = t.credit_account_id)
+ WHERE NOT EXISTS (SELECT 1 FROM ledger_account AS a WHERE a.number = t.debit_account_number)
+    OR NOT EXISTS (SELECT 1 FROM ledger_account AS a WHERE a.number = t.credit_account_number)
  ORDER BY t.id
  LIMIT $1;
 
