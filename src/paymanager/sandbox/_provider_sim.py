@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 # Bounds of the admin settings, so a typo cannot hang a sandbox for a day.
@@ -137,6 +137,17 @@ class ProviderSim:
             Route("/_sandbox/counters", get_counters, methods=["GET"]),
             Route("/_sandbox/reset", reset, methods=["POST"]),
         ]
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # The client hung up before its body arrived (a worker killed mid-request): nothing was read, so
+    # nothing was applied or counted, and no one is left to answer. Without this, each such request
+    # would print an "Exception in ASGI application" traceback, as if the sandbox had failed.
+    return Response(status_code=400)
+
+
+# The exception handlers of every sandbox app.
+EXCEPTION_HANDLERS: dict[Any, Any] = {ClientDisconnect: _client_gone}
 
 
 def unavailable() -> JSONResponse:

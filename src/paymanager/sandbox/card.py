@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from paymanager.sandbox._provider_sim import ProviderSim, unavailable
+from paymanager.sandbox._provider_sim import EXCEPTION_HANDLERS, ProviderSim, unavailable
 
 
 @dataclass
@@ -116,13 +116,14 @@ def create_app(sim: ProviderSim | None = None) -> Starlette:
         return await sim.answer_or_hang(JSONResponse({**_body(seen), "found": seen.found}))
 
     app = Starlette(
+        exception_handlers=EXCEPTION_HANDLERS,
         routes=[
             *sim.admin_routes(state.reset),
             Route("/_sandbox/authorizations/{key}", get_authorization, methods=["GET"]),
             Route("/v1/authorizations", authorize, methods=["POST"]),
             Route("/v1/authorizations/{key}/capture", capture, methods=["POST"]),
             Route("/v1/authorizations/{key}/release", release, methods=["POST"]),
-        ]
+        ],
     )
     app.state.sim = sim
     app.state.cards = state

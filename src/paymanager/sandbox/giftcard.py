@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from paymanager.sandbox._provider_sim import ProviderSim, unavailable
+from paymanager.sandbox._provider_sim import EXCEPTION_HANDLERS, ProviderSim, unavailable
 
 CARDS_PER_CALL_MAX = 10_000
 
@@ -140,6 +140,7 @@ def create_app(sim: ProviderSim | None = None) -> Starlette:
         )
 
     app = Starlette(
+        exception_handlers=EXCEPTION_HANDLERS,
         routes=[
             *sim.admin_routes(state.reset),
             Route("/_sandbox/cards", put_cards, methods=["POST"]),
@@ -147,7 +148,7 @@ def create_app(sim: ProviderSim | None = None) -> Starlette:
             Route("/v1/cards/{card}/balance", balance, methods=["GET"]),
             Route("/v1/debits", debit, methods=["POST"]),
             Route("/v1/debits/{key}/cancel", cancel, methods=["POST"]),
-        ]
+        ],
     )
     app.state.sim = sim
     app.state.giftcards = state

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from paymanager.sandbox._provider_sim import EXCEPTION_HANDLERS
 from paymanager.webhooks import (
     DEFAULT_TOLERANCE_SEC,
     EVENT_ID_HEADER,
@@ -91,12 +92,13 @@ class MerchantReceiver:
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
         self.app = Starlette(
+            exception_handlers=EXCEPTION_HANDLERS,
             routes=[
                 Route("/_control/received", self._list, methods=["GET"]),
                 Route("/_control/paths", self._set_path, methods=["POST"]),
                 Route("/_control/release", self._release_all, methods=["POST"]),
                 Route("/{path:path}", self._receive, methods=["POST"]),
-            ]
+            ],
         )
 
     def behaviour(self, path: str) -> PathBehaviour:

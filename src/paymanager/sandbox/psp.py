@@ -42,6 +42,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from paymanager.adapters.psp import signing
+from paymanager.sandbox._provider_sim import EXCEPTION_HANDLERS
 
 DEFAULT_API_KEY = "sandbox-key"
 DEFAULT_WEBHOOK_SECRET = "sandbox-webhook-secret"  # noqa: S105 - the sandbox's public test secret
@@ -352,7 +353,7 @@ def create_app(state: SandboxState | None = None) -> Starlette:
         Route("/admin/transfers", transfers, methods=["GET"]),
         Route("/admin/webhook", webhook, methods=["POST"]),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS)
     app.state.sandbox = state
     return app
 
