@@ -394,7 +394,14 @@ class Settings(BaseSettings):
         description="How often the api role forgets expired signatures and Idempotency-Keys.",
     )
     api_sweep_batch_size: int = Field(
-        default=1_000, ge=1, le=100_000, description="Rows each api sweep deletes per statement."
+        default=1_000, ge=1, le=100_000, description="Signatures each api sweep deletes per statement."
+    )
+    api_sweep_key_pages: int = Field(
+        default=20_000,
+        ge=1,
+        le=10_000_000,
+        description="Pages of idempotency_key (8 KiB each) each api sweep reads for expired keys; the "
+        "walk goes on from there at the next sweep and starts over past the last page.",
     )
     history_partition_months_ahead: int = Field(
         default=2,

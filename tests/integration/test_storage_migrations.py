@@ -1,4 +1,4 @@
-"""The storage migrations (0203-0206, 0301-0307, 0802) carry a database's existing data over."""
+"""The storage migrations (0203-0206, 0301-0307, 0352, 0802) carry a database's existing data over."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.support.databases import DatabaseFactory
 
 STORAGE = {203, 204, 205, 206, 301, 302, 303, 304, 305, 306, 307}
 # Those of this release, applied to a database of the previous one (0350 included).
-STORAGE_NOW = {306, 307}
+STORAGE_NOW = {306, 307, 352}
 LATER_RELEASE = 400
 # Later components' migrations numbered below LATER_RELEASE: manual capture (0350-0359).
 LATER_BELOW = range(350, 360)
@@ -128,13 +128,12 @@ async def test_the_storage_migrations_keep_every_row_of_an_existing_database(
             # A posted pending transfer keeps no state row: its post says it (0205).
             assert await conn.fetchval("SELECT count(*) FROM ledger_pending") == 0
             kept = await conn.fetchrow(
-                "SELECT path, status_code, response_body, request_hash FROM idempotency_key WHERE id = $1",
+                "SELECT status_code, response_body, request_hash FROM idempotency_key WHERE id = $1",
                 key_id(SERVICE, "k-1"),
             )
-            # The hash is cut to the 16 bytes a replay of the same request now computes (0304).
+            # The hash is cut to 16 bytes (0304), which a replay compares over; the path is gone (0352).
             assert dict(kept) == {
-                "path": "/accounts", "status_code": 201, "response_body": '{"id": "x"}',
-                "request_hash": b"h" * 16,
+                "status_code": 201, "response_body": '{"id": "x"}', "request_hash": b"h" * 16,
             }  # fmt: skip
         finally:
             await conn.close()
@@ -223,16 +222,22 @@ async def test_the_storage_migrations_of_this_release_carry_a_database_of_the_pr
                 await conn.fetchval("SELECT count(*) FROM intent_due WHERE intent_id = $1", ids["confirmed"])
                 == 0
             )
-            # 0307: a key stored before is read by the new claim, and its lock taken.
+            # 0307 and 0352: a key stored before is read by the new claim, and its lock taken; its
+            # 16 bytes of hash are kept (a replay compares over them), its path is gone.
             claimed = await conn.fetchrow(
                 "SELECT * FROM idempotency_key_claim_signed($1, $2, now(), $3, now() + interval '5 minutes')",
                 SERVICE, key_id(SERVICE, "k-1"), b"s" * 32,
             )  # fmt: skip
-            assert (claimed["fresh_signature"], claimed["status_code"], claimed["path"]) == (
+            assert (claimed["fresh_signature"], claimed["status_code"], claimed["request_hash"]) == (
                 True,
                 201,
-                "/accounts",
+                b"h" * 16,
             )
+            assert "path" not in claimed
+            indexes = await conn.fetchval(
+                "SELECT array_agg(indexname::text) FROM pg_indexes WHERE tablename = 'idempotency_key'"
+            )
+            assert indexes == ["idempotency_key_pkey"]
         finally:
             await conn.close()
     finally:

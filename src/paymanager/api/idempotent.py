@@ -52,10 +52,9 @@ async def run_idempotent(request: Request, caller: ServiceIdentity, work: Work) 
             await remember(conn, used)
         raise
     body = await request.body()
-    path = request.url.path
     claim = keys.KeyClaim(
-        caller.id, key, request.method, path, keys.request_hash(request.method, path, body),
-        payments.clock(), payments.settings.idempotency_key_ttl_sec,
+        caller.id, key, keys.request_hash(request.method, request.url.path, body), payments.clock(),
+        payments.settings.idempotency_key_ttl_sec,
     )  # fmt: skip
     try:
         outcome = await run_once(payments, SignedPost(claim, used.signature, used.expires_at), work, _refusal)

@@ -18,6 +18,8 @@ from paymanager.logging import get_logger
 log = get_logger("paymanager.sweeper")
 
 ROUNDS_PER_TICK_MAX = 100
+# Pages of idempotency_key one sweep statement reads (8 MB at most).
+KEY_PAGES_PER_STATEMENT = 1_000
 
 
 class ApiSweeper:
@@ -26,6 +28,8 @@ class ApiSweeper:
     def __init__(self, payments: Payments) -> None:
         self._payments = payments
         self._task: asyncio.Task[None] | None = None
+        # The page of idempotency_key where this sweeper's walk goes on (see `_sweep_keys`).
+        self._key_page = 0
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=self.name)
@@ -35,13 +39,34 @@ class ApiSweeper:
         payments = self._payments
         batch = payments.settings.api_sweep_batch_size
         deleted = 0
-        for prune in (services.prune_signatures, idempotency.prune):
-            for _ in range(ROUNDS_PER_TICK_MAX):
-                async with payments.pool.acquire() as conn:
-                    count = await prune(conn, payments.clock(), batch)
-                deleted += count
-                if count < batch:
-                    break
+        for _ in range(ROUNDS_PER_TICK_MAX):
+            async with payments.pool.acquire() as conn:
+                count = await services.prune_signatures(conn, payments.clock(), batch)
+            deleted += count
+            if count < batch:
+                break
+        return deleted + await self._sweep_keys()
+
+    async def _sweep_keys(self) -> int:
+        """The next API_SWEEP_KEY_PAGES pages of idempotency_key, in statements of at most
+        KEY_PAGES_PER_STATEMENT pages. The table has no index on expires_at (migration 0352): its
+        expired keys are found by walking its pages, which starts over at the first page at the
+        next tick once it passed the last. A walk takes the table's pages / API_SWEEP_KEY_PAGES
+        ticks; meanwhile a key past its TTL is never replayed (the claim reads live keys only)."""
+        payments = self._payments
+        budget = payments.settings.api_sweep_key_pages
+        deleted = 0
+        while budget > 0:
+            first = self._key_page
+            end = first + min(budget, KEY_PAGES_PER_STATEMENT)
+            async with payments.pool.acquire() as conn:
+                count, pages = await idempotency.prune_pages(conn, payments.clock(), first, end)
+            deleted += count
+            budget -= end - first
+            if end >= pages:
+                self._key_page = 0
+                break
+            self._key_page = end
         return deleted
 
     async def _run(self) -> None:

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from paymanager.api.signing import new_nonce
-from paymanager.application.idempotency.keys import body_digest, key_id
+from paymanager.application.idempotency.keys import body_digest, key_id, request_hash
 from paymanager.application.idempotency.store import Claim, IdempotencyStore
 from paymanager.application.intents.queries import CAPTURE_FIELDS
 from paymanager.application.intents.settle import settle
@@ -97,14 +97,14 @@ async def test_a_request_waits_for_the_first_with_its_key_and_then_sees_what_it_
         # The first request's outcome, for another request than the second's.
         now = datetime.now(UTC)
         await IdempotencyStore(holder).store(
-            key_id=key_id(api.client.service_id, "held"), path="/first", request_hash=bytes(16),
+            key_id=key_id(api.client.service_id, "held"), request_hash=bytes(8),
             expires_at=now + timedelta(days=1), status_code=201, body={"first": True}, reference=None,
             notify_channel="test", notices=[],
         )  # fmt: skip
         await first.commit()
     answer = await second
     assert answer.status_code == 409
-    assert answer.json()["error"]["details"]["first_path"] == "/first"
+    assert answer.json()["error"]["details"] == {"key": "held", "first_method": "POST"}
 
 
 async def test_a_request_that_waited_for_a_first_rolled_back_runs_itself(api: Api) -> None:
@@ -263,3 +263,46 @@ async def test_a_key_stored_before_the_capture_fields_existed_replays_its_first_
     again = await api.client.post("/intents", body, key="before-capture")
     assert (again.status_code, again.json()) == (201, earlier)
     assert again.headers["Idempotent-Replayed"] == "true"
+
+
+async def test_a_key_keeps_eight_bytes_of_each_digest_and_no_path(api: Api) -> None:
+    body = await _funded_p2p(api)
+    created = await api.client.post("/intents", body, key="narrow")
+    async with api.payments.pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT to_jsonb(k) - 'id' - 'expires_at' - 'response_ref' AS rest, length(request_hash) AS hash,"
+            "       length(response_digest) AS digest FROM idempotency_key AS k WHERE id = $1",
+            key_id(api.client.service_id, "narrow"),
+        )  # fmt: skip
+    assert (row["hash"], row["digest"]) == (8, 8)
+    assert sorted(row["rest"]) == [
+        "request_hash", "response_body", "response_digest", "response_version", "status_code",
+    ]  # fmt: skip
+    assert created.status_code == 201
+
+
+async def test_a_key_of_the_previous_release_with_sixteen_byte_digests_replays_and_refuses_reuse(
+    api: Api,
+) -> None:
+    body = await _funded_p2p(api)
+    created = await api.client.post("/intents", body, key="wide")
+    raw = orjson.dumps(body)
+    # The row as the release before migration 0352 wrote it: 16 bytes of each digest.
+    async with api.payments.pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE idempotency_key SET request_hash = $2, response_digest = $3 WHERE id = $1",
+            key_id(api.client.service_id, "wide"), request_hash("POST", "/intents", raw),
+            body_digest(orjson.dumps(created.json())),
+        )  # fmt: skip
+        widths = await conn.fetchrow(
+            "SELECT length(request_hash) AS hash, length(response_digest) AS digest FROM idempotency_key"
+            " WHERE id = $1",
+            key_id(api.client.service_id, "wide"),
+        )  # fmt: skip
+    assert (widths["hash"], widths["digest"]) == (16, 16)
+    again = await api.client.post("/intents", body, key="wide")
+    assert (again.status_code, again.json()) == (201, created.json())
+    assert again.headers["Idempotent-Replayed"] == "true"
+    reused = await api.client.post("/intents", body | {"amount": 501}, key="wide")
+    assert reused.status_code == 409
+    assert reused.json()["error"]["code"] == "idempotency_key_reused"

@@ -19,6 +19,9 @@ from paymanager.db.pool import Conn
 from paymanager.domain.errors import InvalidInputError
 
 KEY_CHARS_MAX = 255
+# The bytes of a digest a key's row keeps (migration 0352): a false match needs a key reused for
+# another request, or a rebuilt body that differs, and then 64 equal bits.
+DIGEST_BYTES_KEPT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,17 @@ def body_digest(body: bytes) -> bytes:
     return hashlib.sha256(body).digest()[:16]
 
 
+def kept(digest: bytes) -> bytes:
+    """What a key's row keeps of a digest."""
+    return digest[:DIGEST_BYTES_KEPT]
+
+
+def matches(stored: bytes, digest: bytes) -> bool:
+    """Whether a stored digest is this one's: compared over the bytes the row holds (rows written
+    before migration 0352 hold 16)."""
+    return len(stored) >= DIGEST_BYTES_KEPT and digest[: len(stored)] == stored
+
+
 def check_key(key: str | None) -> str:
     if key is None or key == "":
         raise IdempotencyKeyMissingError(
@@ -63,12 +77,11 @@ def check_key(key: str | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KeyClaim:
-    """One request's claim of its Idempotency-Key: who, which key, and what the request was."""
+    """One request's claim of its Idempotency-Key: who, which key, and what the request was (its
+    `request_hash`)."""
 
     service_id: str
     key: str
-    method: str
-    path: str
     digest: bytes
     now: datetime
     ttl_sec: int
@@ -105,11 +118,13 @@ async def claim_signed(
         return False, None
     if found is None:
         return True, None
-    if found.request_hash != wanted.digest:
-        # Only POSTs are idempotent, so the first request's method is known without keeping it.
+    if not matches(found.request_hash, wanted.digest):
+        # Only POSTs are idempotent, so the first request's method is known without keeping it; its
+        # path and body are known by their hash alone.
         raise IdempotencyKeyReusedError(
-            "this Idempotency-Key was used for a different request; use a new key for a new request",
-            {"key": wanted.key, "first_method": "POST", "first_path": found.path},
+            "this Idempotency-Key was used for a different request (another path or body); use a new "
+            "key for a new request",
+            {"key": wanted.key, "first_method": "POST"},
         )
     assert found.status_code is not None, "a stored key has its outcome"
     return True, StoredOutcome(found.status_code, found.response_body, found.reference)
@@ -120,11 +135,12 @@ async def store(
 ) -> None:
     """Store the key's outcome and send `notices` on `notify_channel`, in one round trip."""
     await IdempotencyStore(conn).store(
-        key_id=key.key_id, path=key.path, request_hash=key.digest, expires_at=key.expires_at,
+        key_id=key.key_id, request_hash=kept(key.digest), expires_at=key.expires_at,
         status_code=outcome.status_code, body=outcome.body, reference=outcome.reference,
         notify_channel=notify_channel, notices=notices,
     )  # fmt: skip
 
 
-async def prune(conn: Conn, now: datetime, limit: int) -> int:
-    return await IdempotencyStore(conn).prune(now=now, limit=limit)
+async def prune_pages(conn: Conn, now: datetime, first: int, end: int) -> tuple[int, int]:
+    """Forget the keys past their TTL held in pages [first, end): how many, and the table's pages."""
+    return await IdempotencyStore(conn).prune_pages(now=now, first=first, end=end)

@@ -37,7 +37,6 @@ class StoredKey:
     """A committed key: the request it was first used for, and the outcome stored (a body, or the
     reference that rebuilds it)."""
 
-    path: str
     request_hash: bytes
     status_code: int | None
     response_body: object
@@ -65,14 +64,13 @@ class IdempotencyStore:
         if row["response_ref"] is not None:
             reference = Reference(row["response_ref"], row["response_version"], row["response_digest"])
         return row["fresh_signature"], StoredKey(
-            row["path"], row["request_hash"], row["status_code"], row["response_body"], reference
+            row["request_hash"], row["status_code"], row["response_body"], reference
         )
 
     async def store(
         self,
         *,
         key_id: uuid.UUID,
-        path: str,
         request_hash: bytes,
         expires_at: datetime,
         status_code: int,
@@ -86,10 +84,12 @@ class IdempotencyStore:
         ref = reference
         await self._conn.execute(
             Q["idempotency_key_store"], key_id, status_code, None if ref else body, ref and ref.intent_id,
-            ref and ref.version, ref and ref.digest, path, request_hash, expires_at, notify_channel, notices,
+            ref and ref.version, ref and ref.digest, request_hash, expires_at, notify_channel, notices,
         )  # fmt: skip
 
-    async def prune(self, *, now: datetime, limit: int) -> int:
-        """Forget up to `limit` keys past their TTL at `now`; how many."""
-        status = await self._conn.execute(Q["idempotency_key_prune"], now, limit)
-        return int(status.split()[-1])
+    async def prune_pages(self, *, now: datetime, first: int, end: int) -> tuple[int, int]:
+        """Forget the keys past their TTL at `now` held in pages [first, end) of the table: how many,
+        and how many pages the table has."""
+        row = await self._conn.fetchrow(Q["idempotency_key_prune_pages"], now, first, end)
+        assert row is not None, "the statement always returns one row"
+        return int(row["deleted"]), int(row["pages"])

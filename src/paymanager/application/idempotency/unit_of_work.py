@@ -132,7 +132,7 @@ def _outcome(reply: tuple[int, object] | IntentReply) -> keys.StoredOutcome:
     if not isinstance(reply, IntentReply):
         return keys.StoredOutcome(*reply)
     body = intent_view(reply.intent)
-    digest = keys.body_digest(orjson.dumps(body))
+    digest = keys.kept(keys.body_digest(orjson.dumps(body)))
     return keys.StoredOutcome(
         reply.status_code, body, Reference(reply.intent.id, reply.intent.version, digest)
     )
@@ -146,9 +146,9 @@ async def _replayed_body(conn: Conn, stored: keys.StoredOutcome) -> object:
     intent = await IntentStore(conn).get(intent_id=ref.intent_id)
     shown = view_at(intent, ref.version) if intent is not None else None
     body = intent_view(shown) if shown is not None else None
-    if body is not None and keys.body_digest(orjson.dumps(body)) != ref.digest:
+    if body is not None and not keys.matches(ref.digest, keys.body_digest(orjson.dumps(body))):
         body = legacy_view(body)
-    if body is None or keys.body_digest(orjson.dumps(body)) != ref.digest:
+    if body is None or not keys.matches(ref.digest, keys.body_digest(orjson.dumps(body))):
         raise IdempotencyOutcomeLostError(
             "the first response to this Idempotency-Key can no longer be rebuilt (its intent was "
             "archived); send the request with a new key",
