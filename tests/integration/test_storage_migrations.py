@@ -1,4 +1,4 @@
-"""The storage migrations (0203-0206, 0301-0307, 0352, 0802) carry a database's existing data over."""
+"""The storage migrations (0203-0206, 0301-0307, 0352-0353, 0802) carry a database's existing data over."""
 
 from __future__ import annotations
 
@@ -122,7 +122,11 @@ async def test_the_storage_migrations_keep_every_row_of_an_existing_database(
             assert await conn.fetchval(
                 "SELECT tableoid::regclass::text FROM intent WHERE id = $1", INTENT
             ) == ("intent_p_before")
-            assert await conn.fetchval("SELECT count(*) FROM settlement WHERE intent_id = $1", INTENT) == 1
+            # The settlement keeps what its intent does not say (0353).
+            settled = await conn.fetchrow("SELECT * FROM settlement WHERE intent_id = $1", INTENT)
+            assert settled is not None
+            assert (settled["outcome"], settled["settled_by"]) == ("posted", "old")
+            assert "amount" not in settled
             assert await conn.fetchval("SELECT count(*) FROM ledger_transfer") == 2
             await _transfers_read_as_written(url)
             # A posted pending transfer keeps no state row: its post says it (0205).

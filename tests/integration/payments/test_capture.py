@@ -158,10 +158,10 @@ async def test_a_partial_capture_posts_the_captured_amount_and_fee_and_releases_
     assert await _fee_posted(api, view["id"]) == fees_before + 3
     settlement = await _settlement(api, view["id"])
     assert settlement is not None
-    assert (settlement["outcome"], settlement["status"], settlement["amount"], settlement["fee"]) == (
-        "posted", "settled", 600, 3,
-    )  # fmt: skip
+    assert settlement["outcome"] == "posted"
     assert settlement["settled_by"] == f"api:{api.client.service_id}"
+    captured = await _row(api, view["id"])
+    assert (captured["amount_captured"], captured["fee_captured"]) == (600, 3)
     shown = (await api.client.get(f"/intents/{view['id']}")).json()
     assert (shown["status"], shown["amount_captured"], shown["awaiting"]) == ("settled", 600, None)
 
@@ -264,7 +264,7 @@ async def test_a_capture_after_the_deadline_is_409_and_the_hold_is_voided(api: A
     assert (row["status"], row["amount_captured"]) == ("expired", None)
     settlement = await _settlement(api, view["id"])
     assert settlement is not None
-    assert (settlement["outcome"], settlement["status"]) == ("voided", "expired")
+    assert settlement["outcome"] == "voided"
     assert await balance_figures(api.client, payer) == {
         "posted": 10_000, "pending": 0, "available": 10_000,
     }  # fmt: skip

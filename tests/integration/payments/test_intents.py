@@ -19,6 +19,7 @@ from paymanager.application.intents.events import NOTIFY_CHANNEL, event_payload
 from paymanager.application.intents.reconcile import reconcile
 from paymanager.application.intents.settle import settle
 from paymanager.application.intents.store import Intent
+from paymanager.application.intents.store import Q as INTENT_QUERIES
 from paymanager.jobs import JOB_AVAILABLE_CHANNEL
 from paymanager.ledger import LedgerConflictError, Transfer
 from tests.integration.payments.conftest import Api
@@ -371,6 +372,23 @@ async def test_list_pages_newest_first_with_a_cursor(api: Api) -> None:
     assert [i["id"] for i in second["data"]] == ids[::-1][2:4]
     by_status = (await api.client.get("/intents?status=settled&limit=10")).json()
     assert by_status["data"] == []
+
+
+async def test_a_services_list_reads_its_index_backward_newest_first(api: Api) -> None:
+    """intent_service_idx is ascending by id (so new intents land at its right edge, migration 0354):
+    a service's list, newest first, walks it backward instead of sorting the service's intents."""
+    payer, payee = await _funded_pair(api)
+    for amount in (10, 11, 12):
+        await api.client.post("/intents", _p2p(payer, payee, amount))
+    async with api.payments.pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        await conn.execute("SET LOCAL enable_bitmapscan = off")
+        explain = await conn.prepare("EXPLAIN " + INTENT_QUERIES["intent_list"])
+        args = (api.client.service_id, None, None, None, None, 10)
+        plan = "\n".join(row[0] for row in await explain.fetch(*args))
+    assert "Index Scan Backward using" in plan, plan
+    assert "hashtext_id_idx" in plan, plan
+    assert "Sort" not in plan, plan
 
 
 async def test_history_lists_the_accounts_intents(api: Api) -> None:

@@ -198,7 +198,7 @@ async def test_the_ledger_verifies_after_a_random_mix_of_refunds(hooks: Hooks) -
     assert verification.debits_posted == verification.credits_posted
     for intent_id, _, _ in intents:
         settled = await hooks.pool.fetchval(
-            "SELECT amount FROM settlement WHERE intent_id = $1", uuid.UUID(intent_id)
+            "SELECT coalesce(amount_captured, amount) FROM intent WHERE id = $1", uuid.UUID(intent_id)
         )
         refunded = await hooks.pool.fetchval(
             "SELECT coalesce(sum(amount), 0) FROM refund WHERE intent_id = $1 AND status = 'succeeded'",

@@ -45,7 +45,7 @@ RETURNING *;
 -- name: intent_list
 -- Newest first; $1 service (NULL: every service, admin only), $2 status, $3 channel, $4 account,
 -- $5 cursor (ids below it), $6 limit. A service's intents are found through intent_service_idx, keyed
--- by the hash of the service id (migration 0305).
+-- by the hash of the service id (migration 0305) and ascending by id, scanned backward (0354).
 SELECT *
   FROM intent
  WHERE ($1::text IS NULL OR (hashtext(service_id) = hashtext($1) AND service_id = $1))
@@ -90,7 +90,7 @@ SELECT pg_notify($1, $2);
 -- name: intent_finish_settled
 -- Ends a confirmed (or uncaptured) intent (status $3 -> $2 at $4, reason $5) and writes its settlement
 -- row (outcome $6, by $7) in one statement; nothing when the intent is no longer in $3. A capture
--- names what it posted ($8 of the amount, $9 of the fee), which the settlement records.
+-- names what it posted ($8 of the amount, $9 of the fee), which the intent records.
 WITH finished AS (
     UPDATE intent
        SET status = $2, version = version + 1, finished_at = $4, updated_at = $4, failure_reason = $5,
@@ -98,8 +98,8 @@ WITH finished AS (
      WHERE id = $1 AND status = $3
     RETURNING *
 ), recorded AS (
-    INSERT INTO settlement (intent_id, outcome, status, amount, fee, currency, settled_by, created_at)
-    SELECT id, $6, status, coalesce($8, amount), coalesce($9, fee), currency, $7, $4 FROM finished
+    INSERT INTO settlement (intent_id, outcome, settled_by, created_at)
+    SELECT id, $6, $7, $4 FROM finished
     RETURNING intent_id
 )
 SELECT finished.* FROM finished JOIN recorded ON recorded.intent_id = finished.id;
@@ -154,10 +154,10 @@ WITH r AS (
            failure_reason = r.reason
       FROM r
      WHERE intent.id = ANY($1::uuid[]) AND intent.id = r.id AND intent.status = 'confirmed'
-    RETURNING intent.id, intent.status, intent.amount, intent.fee, intent.currency
+    RETURNING intent.id
 ), recorded AS (
-    INSERT INTO settlement (intent_id, outcome, status, amount, fee, currency, settled_by, created_at)
-    SELECT f.id, r.outcome, f.status, f.amount, f.fee, f.currency, $7, $6
+    INSERT INTO settlement (intent_id, outcome, settled_by, created_at)
+    SELECT f.id, r.outcome, $7, $6
       FROM finished AS f JOIN r ON r.id = f.id
     RETURNING intent_id
 )

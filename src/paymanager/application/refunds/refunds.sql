@@ -10,9 +10,11 @@ SELECT coalesce(sum(amount), 0)::bigint AS amount, coalesce(sum(fee_refunded), 0
  WHERE intent_id = $1 AND status <> 'failed';
 
 -- name: refund_settled
--- The amount and fee an intent settled with (its settlement row: a capture's are what it posted), or
--- nothing when it did not settle.
-SELECT amount, fee FROM settlement WHERE intent_id = $1 AND status = 'settled';
+-- The amount and fee an intent settled with (a capture's are what it posted), or nothing when it did
+-- not settle.
+SELECT coalesce(amount_captured, amount) AS amount, coalesce(fee_captured, fee) AS fee
+  FROM intent
+ WHERE id = $1 AND status = 'settled';
 
 -- name: refund_get
 SELECT * FROM refund WHERE id = $1;
