@@ -71,7 +71,7 @@ class JobExecutor:
                     with job_span(ctx.kind, ctx.id, ctx.queue, ctx.attempt, ctx.payload):
                         value = await self._call(ctx, spec)
                 finally:
-                    metrics.observe(metrics.RUN_SECONDS, ctx.queue, time.perf_counter() - started)
+                    metrics.RUN_SECONDS.observe(ctx.queue, time.perf_counter() - started)
             except asyncio.CancelledError:
                 if held.timed_out:
                     raise TimeoutError(f"job {ctx.id} ran past its timeout") from None

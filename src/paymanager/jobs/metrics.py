@@ -36,6 +36,16 @@ RESCUED = Counter(
 )
 
 
+class _Series:
+    """One queue's observations: a count per bucket (the last: above every bound) and their sum."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self, buckets: int) -> None:
+        self.counts = [0] * buckets
+        self.total = 0.0
+
+
 class QueueHistogram(Collector):
     """A histogram labelled by queue, observed without a lock, exported as prometheus_client's own.
 
@@ -54,23 +64,22 @@ class QueueHistogram(Collector):
         self._documentation = documentation
         self._bounds = tuple(float(b) for b in buckets)
         self._labels = [_bound_label(b) for b in self._bounds] + ["+Inf"]
-        # queue -> [count per bucket (the last: above every bound)], sum
-        self._series: dict[str, tuple[list[int], list[float]]] = {}
+        self._series: dict[str, _Series] = {}
         registry.register(self)
 
     def observe(self, queue: str, seconds: float) -> None:
         series = self._series.get(queue)
         if series is None:
-            series = self._series[queue] = ([0] * (len(self._bounds) + 1), [0.0])
+            series = self._series[queue] = _Series(len(self._labels))
         # `le` buckets: a value equal to a bound counts in that bound's bucket.
-        series[0][bisect.bisect_left(self._bounds, seconds)] += 1
-        series[1][0] += seconds
+        series.counts[bisect.bisect_left(self._bounds, seconds)] += 1
+        series.total += seconds
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         family = HistogramMetricFamily(self._name, self._documentation, labels=["queue"])
-        for queue, (counts, total) in list(self._series.items()):
-            cumulative = itertools.accumulate(counts[:])
-            family.add_metric([queue], list(zip(self._labels, cumulative, strict=True)), total[0])
+        for queue, series in list(self._series.items()):
+            cumulative = itertools.accumulate(series.counts[:])
+            family.add_metric([queue], list(zip(self._labels, cumulative, strict=True)), series.total)
         yield family
 
     def describe(self) -> Iterator[HistogramMetricFamily]:
@@ -102,7 +111,3 @@ def _child(metric: Counter, queue: str) -> Any:
 
 def count(metric: Counter, queue: str, n: int = 1) -> None:
     _child(metric, queue).inc(n)
-
-
-def observe(metric: QueueHistogram, queue: str, seconds: float) -> None:
-    metric.observe(queue, seconds)

@@ -533,7 +533,7 @@ class Worker:
         if job.cancel_requested:
             ctx.cancelled.set()
         if job.waited_s is not None:
-            metrics.observe(metrics.WAIT_SECONDS, job.queue, max(0.0, job.waited_s))
+            metrics.WAIT_SECONDS.observe(job.queue, max(0.0, job.waited_s))
         if self._options.active_events:
             self._announce_active(JobEvent("active", job.id, job.kind, job.queue, job.attempt))
         timeout_ms = job.timeout_ms or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms
