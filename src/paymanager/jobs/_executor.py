@@ -3,14 +3,26 @@
 A handler's exception never crashes the worker: it becomes a failure (retry with backoff, dead,
 cancelled), a snooze, a RateLimitedError's give-back, or a lease lost. Timeouts are enforced by one
 watchdog for all jobs; sync handlers run in a thread pool.
+
+Jobs run on runners: long-lived tasks that take started jobs from one queue in turn, each job in a
+fresh copy of the runner's context (what a handler sets in a contextvar stays with its job). A job
+costs no task of its own: a runner that finishes a job without waiting takes the next at once, and a
+runner is woken for the queue only when none is on its way, so a batch of quick jobs runs in one
+step of one task while a batch of waiting ones spreads over as many runners as it needs, one loop
+turn apart. A job's `Held.task` is its runner while it runs; cancelling that task (a timeout, a stop
+past its timeout) cancels the job, and the runner goes on with the next.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
-from collections.abc import Callable
+import types
+from collections import deque
+from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from paymanager.jobs import metrics
 from paymanager.jobs._completer import Completer
@@ -58,11 +70,96 @@ class JobExecutor:
         self._forget = forget
         self._stopping = stopping
         self._threads = ThreadPoolExecutor(options.sync_threads, thread_name_prefix="job-sync")
+        # Started jobs no runner has taken yet, the idle runners' wake-up futures, the runners woken
+        # (or made) that have not taken a job yet, and every runner.
+        self._ready: deque[tuple[JobContext, Held, JsonObject | None]] = deque()
+        self._idle: list[asyncio.Future[None]] = []
+        self._waking = 0
+        self._runners: set[asyncio.Task[None]] = set()
+        # Jobs inside `run` (on a runner, or in a claim's own task); `_ended` is set while none is
+        # and none is waiting for a runner.
+        self._running = 0
+        self._ended = asyncio.Event()
+        self._ended.set()
+        self._closing = False
 
     def start(self, ctx: JobContext, held: Held, backoff: JsonObject | None) -> None:
-        held.task = asyncio.create_task(self.run(ctx, held, backoff))
+        """Run the job on a runner (it starts within a loop turn or two; `Held.task` is set then)."""
+        self._ready.append((ctx, held, backoff))
+        self._ended.clear()
+        if not self._waking:
+            self._wake_runner()
+
+    def _wake_runner(self) -> None:
+        self._waking += 1
+        if self._idle:
+            self._idle.pop().set_result(None)
+            return
+        runner = asyncio.get_running_loop().create_task(self._runner(), name="job-runner")
+        self._runners.add(runner)
+        runner.add_done_callback(self._runner_ended)
+
+    @types.coroutine
+    def _runner(self) -> Generator[Any, Any, None]:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        while not self._closing:
+            self._waking -= 1
+            while self._ready and not self._closing:
+                ctx, held, backoff = self._ready.popleft()
+                if self._ready and not self._waking:
+                    # The rest of the queue must not wait for this job if it awaits something.
+                    self._wake_runner()
+                held.task = task
+                try:
+                    yield from _in_context(self.run(ctx, held, backoff), contextvars.copy_context())
+                finally:
+                    held.task = None
+                    # A cancel aimed at that job (its timeout, a stop) is spent: the runner is not.
+                    while task.cancelling() and not self._closing:
+                        task.uncancel()
+            waiter = loop.create_future()
+            self._idle.append(waiter)
+            yield from waiter
+
+    def _runner_ended(self, runner: asyncio.Task[None]) -> None:
+        self._runners.discard(runner)
+        if not runner.cancelled() and runner.exception() is not None:
+            log.error("job runner crashed", error=repr(runner.exception()))
+        if self._ready and not self._waking:
+            self._wake_runner()
+
+    async def wait_ended(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` until no job runs or waits for a runner; True when none does."""
+        try:
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                await self._ended.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """End the runners (a job still on one is cancelled) and the thread pool."""
+        self._closing = True
+        for waiter in self._idle:
+            waiter.cancel()
+        for runner in self._runners:
+            runner.cancel()
+        await asyncio.gather(*self._runners, return_exceptions=True)
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def run(self, ctx: JobContext, held: Held, backoff: JsonObject | None) -> None:
+        self._running += 1
+        self._ended.clear()
+        try:
+            await self._run(ctx, held, backoff)
+        finally:
+            self._running -= 1
+            if not self._running and not self._ready:
+                self._ended.set()
+
+    async def _run(self, ctx: JobContext, held: Held, backoff: JsonObject | None) -> None:
         spec = self._registry.get(ctx.kind)
         started = time.perf_counter()
         try:
@@ -101,7 +198,7 @@ class JobExecutor:
             chosen = backoff_from_json(backoff) if backoff else (spec.backoff if spec else None)
             failure = decide_failure(
                 ctx.id, ctx.lease_token, exc, attempt=ctx.attempt, max_attempts=ctx.max_attempts,
-                backoff=chosen or self._options.default_backoff, cancel_requested=ctx.cancelled.is_set(),
+                backoff=chosen or self._options.default_backoff, cancel_requested=ctx.cancel_requested,
             )  # fmt: skip
             self._settle(ctx, failure)
         else:
@@ -142,5 +239,20 @@ class JobExecutor:
                     held.timed_out = True
                     held.task.cancel()
 
-    def shutdown(self) -> None:
-        self._threads.shutdown(wait=False, cancel_futures=True)
+
+@types.coroutine
+def _in_context(coro: Coroutine[Any, Any, None], context: contextvars.Context) -> Generator[Any, Any, None]:
+    """Await `coro` with each of its steps run in `context`: what `yield from coro` does, but in a
+    context of the job's own, as a task of its own would run it. What the coroutine yields (a future
+    it waits on) goes to the runner's task; what the task sends or throws back goes to `coro`."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            yielded = context.run(coro.send, value) if error is None else context.run(coro.throw, error)
+        except StopIteration:
+            return
+        try:
+            value, error = (yield yielded), None
+        except BaseException as exc:  # relayed into the coroutine, as a task would
+            value, error = None, exc

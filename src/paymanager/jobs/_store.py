@@ -33,7 +33,9 @@ class Executor(Protocol):
 # --- claiming ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one Job is made per claimed job, and a frozen dataclass sets each field through
+# object.__setattr__ (about three times the cost of this one's plain slots).
+@dataclass(slots=True)
 class Job:
     """A job as a claim hands it to the worker: running, under `lease_token`."""
 
@@ -56,7 +58,7 @@ class Job:
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
-        # Positional: one Job per claimed job, and keyword arguments cost a frozen dataclass more.
+        # Positional: one Job per claimed job, and keyword arguments cost more.
         return cls(
             row["id"], row["queue"], row["kind"], row["payload"], row["priority"], row["attempt"],
             row["max_attempts"], row["backoff"], row["timeout_ms"], row["lease_token"], row["parent_id"],

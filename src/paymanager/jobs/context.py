@@ -6,7 +6,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from paymanager.db.pool import Conn, Pool
@@ -30,7 +30,7 @@ class SnoozeRequest(BaseException):
         super().__init__(f"snoozed for {delay_ms} ms")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class JobContext:
     id: int
     kind: str
@@ -43,15 +43,34 @@ class JobContext:
     lease_token: uuid.UUID
     _pool: Pool
     _on_progress: Callable[[JobContext, float], Awaitable[None]]
-    # Set when the job is cancelled while it runs (an admin `cancel`): the handler should stop.
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
-    # Set when a heartbeat finds the lease gone: whatever the handler commits now will be refused.
-    lease_lost: asyncio.Event = field(default_factory=asyncio.Event)
     # The value stored as the job's result when the worker completes it (a handler's return value
     # wins when it is not None).
     result: Any = None
     # True once the handler completed its own job in its transaction (the worker then does nothing).
     completed_in_transaction: bool = False
+    # The two events below are made when first asked for: most jobs never look at either, and a
+    # context is made for every job claimed.
+    _cancelled: asyncio.Event | None = None
+    _lease_lost: asyncio.Event | None = None
+
+    @property
+    def cancelled(self) -> asyncio.Event:
+        """Set when the job is cancelled while it runs (an admin `cancel`): the handler should stop."""
+        if self._cancelled is None:
+            self._cancelled = asyncio.Event()
+        return self._cancelled
+
+    @property
+    def lease_lost(self) -> asyncio.Event:
+        """Set when a heartbeat finds the lease gone: whatever the handler commits now is refused."""
+        if self._lease_lost is None:
+            self._lease_lost = asyncio.Event()
+        return self._lease_lost
+
+    @property
+    def cancel_requested(self) -> bool:
+        """`cancelled.is_set()`, without making the event."""
+        return self._cancelled is not None and self._cancelled.is_set()
 
     async def progress(self, pct: float) -> None:
         """Record progress (0-100) on the job and publish a `progress` event."""
@@ -72,7 +91,7 @@ class JobContext:
         raise SnoozeRequest(delay_ms)
 
     def raise_if_cancelled(self) -> None:
-        if self.cancelled.is_set():
+        if self.cancel_requested:
             raise JobCancelledError(f"job {self.id} was cancelled")
 
     async def complete_in(self, conn: Conn, result: Any = None) -> None:

@@ -202,14 +202,14 @@ class Worker:
             # The fetch loop ends once its claims in flight came back (a claim waits on a lock at
             # most the claim sessions' lock_timeout): their jobs are held and started.
             await asyncio.gather(fetch, return_exceptions=True)
-        running = [h.task for h in self._held.values() if h.task is not None and not h.task.done()]
-        if running:
-            await asyncio.wait(running, timeout=max(0.0, deadline - time.monotonic()))
-        unfinished = [h for h in self._held.values() if h.task is not None and not h.task.done()]
-        for held in unfinished:
-            held.task.cancel()  # type: ignore[union-attr]
-        if unfinished:
-            await asyncio.wait([h.task for h in unfinished if h.task is not None], timeout=1)
+        unfinished = 0
+        if not await self._executor.wait_ended(deadline - time.monotonic()):
+            # Cancelling a job's task (its runner, or its claim's task) cancels the job only.
+            for held in list(self._held.values()):
+                if held.task is not None:
+                    held.task.cancel()
+                    unfinished += 1
+            await self._executor.wait_ended(1)
         await self._completer.drain()
         # The heartbeat stops before the release: its UPDATE of a held row would make the release
         # (which skips locked rows) leave that job running under a lease just extended.
@@ -229,8 +229,8 @@ class Worker:
         await self._limited.close()
         await self._listener.stop()
         await self.events.close()
-        self._executor.shutdown()
-        log.info("job worker stopped", released=len(unfinished))
+        await self._executor.close()
+        log.info("job worker stopped", released=unfinished)
 
     # --- notifications -----------------------------------------------------------------------------
 

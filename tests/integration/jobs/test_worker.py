@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from dataclasses import replace
 from typing import Any
@@ -187,6 +188,96 @@ async def test_timeout_fails_the_attempt(pool: asyncpg.Pool, start_worker: Start
     job = await registry.enqueue(pool, "hangs", {})
     await wait_state(pool, job.id, "dead")
     assert (await pool.fetchval("SELECT last_error FROM job WHERE id = $1", job.id))["type"] == "TimeoutError"
+
+
+async def test_a_timed_out_job_leaves_the_next_job_on_its_task_uncancelled(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    # Jobs share long-lived runner tasks: the cancel that ended one job's attempt must not reach the
+    # jobs that run next on the same task.
+    registry = Registry()
+    hung_on: list[asyncio.Task[Any] | None] = []
+    napped_on: list[asyncio.Task[Any] | None] = []
+
+    @registry.handler("filler", max_attempts=1)
+    async def filler(ctx: JobContext) -> None:
+        await asyncio.sleep(0.3)  # holds the claim's own task: the next job goes to a runner
+
+    @registry.handler("hangs", max_attempts=1, timeout_ms=50)
+    async def hangs(ctx: JobContext) -> None:
+        hung_on.append(asyncio.current_task())
+        await asyncio.sleep(60)
+
+    @registry.handler("naps", max_attempts=1)
+    async def naps(ctx: JobContext) -> str:
+        napped_on.append(asyncio.current_task())
+        await asyncio.sleep(0.1)
+        if ctx.payload.get("trip"):
+            # A CancelledError of the handler's own (not a cancel of its job): a failure, as long
+            # as the task does not still count the timeout's cancel.
+            cancelled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            cancelled.cancel()
+            await cancelled
+        return "rested"
+
+    first = await enqueue_many(pool, [NewJob("filler", {}), NewJob("hangs", {})])
+    await start_worker(registry, {"default": 4})  # a claim takes 2: filler, and hangs for a runner
+    await wait_state(pool, first[1], "dead")
+    await wait_state(pool, first[0], "completed")
+    napped = await enqueue_many(pool, [NewJob("naps", {"trip": i % 2 == 1}) for i in range(8)])
+    for i, job_id in enumerate(napped):
+        await wait_state(pool, job_id, "dead" if i % 2 else "completed")
+        error = await pool.fetchval("SELECT last_error FROM job WHERE id = $1", job_id)
+        assert error is None if i % 2 == 0 else error["type"] == "RuntimeError"
+    assert hung_on[0] in napped_on, "a job ran on the task the timed-out one was cancelled on"
+
+
+async def test_what_a_handler_sets_in_a_contextvar_stays_with_its_job(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    registry = Registry()
+    seen: list[str | None] = []
+    var: contextvars.ContextVar[str | None] = contextvars.ContextVar("job_var", default=None)
+
+    @registry.handler("sets")
+    async def sets(ctx: JobContext) -> None:
+        seen.append(var.get())
+        var.set(f"job {ctx.id}")
+        await asyncio.sleep(0)
+        seen.append(var.get())
+
+    await start_worker(registry, {"default": 1})
+    jobs = [await registry.enqueue(pool, "sets", {}) for _ in range(3)]
+    for job in jobs:
+        await wait_state(pool, job.id, "completed")
+    assert seen == [x for job in jobs for x in (None, f"job {job.id}")]
+
+
+async def test_a_batch_of_waiting_jobs_runs_at_once_on_as_many_tasks(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    registry = Registry()
+    running = 0
+    peak = 0
+    gate = asyncio.Event()
+
+    @registry.handler("waits")
+    async def waits(ctx: JobContext) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await gate.wait()
+        running -= 1
+
+    await enqueue_many(pool, [NewJob("waits", {}) for _ in range(20)])
+    await start_worker(registry, {"default": 20})
+    await wait_until(lambda: _async(peak == 20))
+    gate.set()
+    await wait_until(lambda: _async(running == 0))
+
+
+async def _async(value: bool) -> bool:
+    return value
 
 
 async def test_snooze_reschedules_without_spending_an_attempt(
