@@ -22,6 +22,11 @@ async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout_s: float 
         await asyncio.sleep(POLL_INTERVAL_S)
 
 
+async def now_true(value: bool) -> bool:
+    """`value` as an awaitable, for `wait_until(lambda: now_true(...))` on in-process state."""
+    return value
+
+
 async def lock_waiters(conn: asyncpg.Pool | asyncpg.Connection) -> int:
     """How many backends of this test's database wait for a lock (a row, a table, a unique key)."""
     return int(

@@ -127,7 +127,7 @@ class JobExecutor:
         self._runners.discard(runner)
         if not runner.cancelled() and runner.exception() is not None:
             log.error("job runner crashed", error=repr(runner.exception()))
-        if self._ready and not self._waking:
+        if self._ready and not self._waking and not self._closing:
             self._wake_runner()
 
     async def wait_ended(self, timeout_s: float) -> bool:

@@ -22,6 +22,7 @@ from paymanager.jobs import (
     enqueue_many,
 )
 from tests.integration.jobs.conftest import FAST, StartWorker, job_state, wait_state, wait_until
+from tests.support.waiting import now_true
 
 
 async def test_worker_runs_a_job_and_stores_its_result(pool: asyncpg.Pool, start_worker: StartWorker) -> None:
@@ -271,13 +272,9 @@ async def test_a_batch_of_waiting_jobs_runs_at_once_on_as_many_tasks(
 
     await enqueue_many(pool, [NewJob("waits", {}) for _ in range(20)])
     await start_worker(registry, {"default": 20})
-    await wait_until(lambda: _async(peak == 20))
+    await wait_until(lambda: now_true(peak == 20))
     gate.set()
-    await wait_until(lambda: _async(running == 0))
-
-
-async def _async(value: bool) -> bool:
-    return value
+    await wait_until(lambda: now_true(running == 0))
 
 
 async def test_snooze_reschedules_without_spending_an_attempt(

@@ -27,7 +27,7 @@ from tests.integration.jobs.conftest import (
     wait_state,
     wait_until,
 )
-from tests.support.waiting import wait_for_lock_waiters, wait_for_statement
+from tests.support.waiting import now_true, wait_for_lock_waiters, wait_for_statement
 
 
 def holds(worker: Any, job_id: int) -> list[Any]:
@@ -83,7 +83,7 @@ async def test_a_job_reclaimed_while_its_refused_completion_is_settled_stays_hel
     await asyncio.wait_for(attempt_two.wait(), 15)
     # Until the claim settled the refused completion of attempt 1 that it carried.
     await wait_until(
-        lambda: _async(not worker._completer.is_pending(runs[0].lease_token) and not _pending(worker))
+        lambda: now_true(not worker._completer.is_pending(runs[0].lease_token) and not _pending(worker))
     )
     assert await job_state(pool, job.id) == "running"
     problems = []
@@ -133,14 +133,14 @@ async def test_a_job_reclaimed_while_its_first_attempt_still_runs_keeps_the_seco
     await worker.heartbeat()
     release_first.set()  # attempt 1 ends; its completion is refused
     await wait_until(
-        lambda: _async(not worker._completer.is_pending(first.lease_token) and not _pending(worker))
+        lambda: now_true(not worker._completer.is_pending(first.lease_token) and not _pending(worker))
     )
     problems = []
     if not first.lease_lost.is_set():
         problems.append("attempt 1 was never told that its lease is gone")
     try:
         # Attempt 1's hold goes once its task ended; attempt 2's must stay.
-        await wait_until(lambda: _async([held.ctx for held in holds(worker, job.id)] == [second]), 5)
+        await wait_until(lambda: now_true([held.ctx for held in holds(worker, job.id)] == [second]), 5)
     except AssertionError:
         problems.append(f"attempt 2 runs but the holds are {holds(worker, job.id)}")
     await worker.stop(timeout_s=0.2)
@@ -152,10 +152,6 @@ async def test_a_job_reclaimed_while_its_first_attempt_still_runs_keeps_the_seco
 
 def _pending(worker: Any) -> bool:
     return bool(worker._completer._completions or worker._completer._failures)
-
-
-async def _async(value: bool) -> bool:
-    return value
 
 
 async def test_a_cancelled_error_that_is_not_a_cancel_of_the_job_fails_the_attempt(
@@ -221,7 +217,7 @@ async def test_stop_keeps_to_its_timeout_while_a_claim_waits_on_a_lock(
             "INSERT INTO job (queue, kind, payload, state) VALUES ('default', 'slow', '{}', 'available')"
             " RETURNING id, pg_notify('pm_job_available', 'default')"
         )
-        await wait_until(lambda: _async(bool(worker._claims)))
+        await wait_until(lambda: now_true(bool(worker._claims)))
         await wait_for_lock_waiters(pool)  # the claim waits on the lock
         started = time.monotonic()
         stop = asyncio.create_task(worker.stop(timeout_s=0.3))
@@ -274,7 +270,7 @@ async def test_stop_during_a_claim_starts_every_job_in_its_own_task_and_gives_th
     job = await enqueue(pool, "slow", {})
     await asyncio.wait_for(entered.wait(), 15)
     stop = asyncio.create_task(worker.stop(timeout_s=0.1))
-    await wait_until(lambda: _async(worker._stopping))
+    await wait_until(lambda: now_true(worker._stopping))
     stop_began.set()
     await stop
     assert await job_state(pool, job.id) == "available"
@@ -363,7 +359,7 @@ async def test_the_watchdog_times_out_a_sync_handler_run_in_its_claims_task(
     await wait_state(pool, job.id, "dead")
     error = await pool.fetchval("SELECT last_error FROM job WHERE id = $1", job.id)
     assert error["type"] == "TimeoutError"
-    await wait_until(lambda: _async(worker._free["default"] == 2))
+    await wait_until(lambda: now_true(worker._free["default"] == 2))
 
 
 async def test_a_cancel_reaches_a_job_run_in_its_claims_task(
@@ -383,7 +379,7 @@ async def test_a_cancel_reaches_a_job_run_in_its_claims_task(
     assert [held.task in worker._claims for held in holds(worker, job.id)] == [False]
     await admin.cancel_job(pool, job.id)
     await wait_state(pool, job.id, "cancelled")
-    await wait_until(lambda: _async(worker._free["default"] == 2 and not worker._held))
+    await wait_until(lambda: now_true(worker._free["default"] == 2 and not worker._held))
 
 
 # --- synchronous_commit is the claim's transaction's only ------------------------------------------
