@@ -1,6 +1,7 @@
-"""The plain claim statements alone, before and after the queue limits (migration 0110), A/B.
+"""The plain claim statements alone, A/B: before and after the queue limits (migration 0110), or
+as a git revision has them against the working tree.
 
-    .venv/bin/python bench/claim_statement.py [--claims 3000] [--rounds 5]
+    .venv/bin/python bench/claim_statement.py [--claims 3000] [--rounds 5] [--against REV]
 
 The queue limits added to the plain claims' read of the queue's row (`job_queue`) the test that
 the queue has no limit. This times that statement with and without the test, in one database and
@@ -11,6 +12,10 @@ worker's claim of 100 jobs with 100 completions). Each case runs with no row for
 `job_queue`, and with one (a queue with a max depth), and beside two limited queues. The two
 statements take turns call by call on one connection, so the machine's load drifts alike for both;
 the figure is the median call, per round, and the median of the rounds.
+
+`--against REV`: "before" is the statement as jobs.sql has it at REV (e.g. `HEAD`), "after" the
+working tree's, in the first setting only (no row for the queue): what a change of the statement's
+text costs or saves, call by call, with the rows decoded as the worker decodes them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import subprocess
 import time
 import uuid
 from typing import Any
@@ -26,6 +32,7 @@ import asyncpg
 
 from paymanager.db import migrations
 from paymanager.db.pool import init_connection
+from paymanager.db.sql import parse_queries
 from paymanager.jobs._queries import Q
 
 SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -39,11 +46,19 @@ NEW_GUARD_BATCH = (
 )
 
 
-def before(statement: str) -> str:
+def before_limits(statement: str) -> str:
     """The statement as it was before the limits: the queue's row tested for `paused` alone."""
     old = statement.replace(NEW_GUARD, "q.paused)").replace(NEW_GUARD_BATCH, "q.paused)")
     assert old != statement, "the limits' guard was not found in the statement"
     return old
+
+
+def at_revision(rev: str) -> dict[str, str]:
+    """The engine's statements as jobs.sql has them at git revision `rev`."""
+    text = subprocess.run(
+        ["git", "show", f"{rev}:src/paymanager/jobs/jobs.sql"], check=True, capture_output=True, text=True
+    ).stdout
+    return dict(parse_queries(text, f"jobs.sql at {rev}"))
 
 
 async def fill(conn: asyncpg.Connection, n: int) -> None:
@@ -86,7 +101,13 @@ async def batch_claims(conn: asyncpg.Connection, statements: tuple[str, str], n:
             return times
 
 
-async def run(claims: int, rounds: int) -> None:
+async def run(claims: int, rounds: int, against: str | None) -> None:
+    old_text = at_revision(against) if against else None
+    names = {Q[name]: name for name in ("job_claim_queue", "job_claim_batch")}
+
+    def before(statement: str) -> str:
+        return old_text[names[statement]] if old_text is not None else before_limits(statement)
+
     name = f"pmbench_claim_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(SERVER)
     await admin.execute(f'CREATE DATABASE "{name}"')
@@ -111,7 +132,10 @@ async def run(claims: int, rounds: int) -> None:
         ):
             if sql is not None:
                 await conn.execute(sql)
-            print(f"# {setting}: {rounds} rounds, the statements taking turns call by call", flush=True)
+            if old_text is not None and sql is not None:
+                break
+            what = f"{against} against the working tree" if against else "before and after the limits"
+            print(f"# {setting}: {what}, {rounds} rounds, the statements taking turns call by call")
             for label, stmt, runner, n in cases:
                 medians: list[list[float]] = [[], []]
                 for r in range(rounds):
@@ -140,8 +164,9 @@ def main() -> None:
     )
     parser.add_argument("--claims", type=int, default=3_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--against", help="a git revision whose claim statements are 'before'")
     args = parser.parse_args()
-    asyncio.run(run(args.claims, args.rounds))
+    asyncio.run(run(args.claims, args.rounds, args.against))
 
 
 if __name__ == "__main__":

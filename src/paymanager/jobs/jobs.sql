@@ -181,23 +181,24 @@ WITH done AS (
            attempted_at = now(),
            lease_owner = $3,
            lease_token = gen_random_uuid(),
-           lease_expires_at = now() + make_interval(secs => $4::bigint / 1000.0)
+           lease_expires_at = now() + $4::bigint * interval '1 millisecond'
      WHERE job.id = ANY (ARRAY(SELECT locked.id FROM locked))
-    -- $9 true (the worker passes it only when this statement completes nothing): commit without
-    -- waiting for the WAL flush. A claim lost in a crash of the server leaves its jobs available,
-    -- as a worker's crash does; every completion stays durable, and flushes this claim with it.
-    -- Set from the RETURNING list, before the commit that reads it, only when a job was claimed
-    -- (a claim of nothing writes nothing to flush), not by a CTE that every claim's plan would run.
+       -- $9 true (the worker passes it only when this statement completes nothing): commit without
+       -- waiting for the WAL flush. A claim lost in a crash of the server leaves its jobs available,
+       -- as a worker's crash does; every completion stays durable, and flushes this claim with it.
+       -- Set before the commit that reads it, once per statement: as a subquery the call is an
+       -- InitPlan under a one-time filter, not a call per claimed row, and no row carries it. A
+       -- claim of nothing sets it too, and writes nothing its commit could flush.
+       AND (NOT $9::boolean OR (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL)
     RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.attempt, job.max_attempts,
               job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
-              CASE WHEN $9::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick,
-              extract(epoch FROM now() - job.run_at)::float8 AS waited_s
+              date_part('epoch', now() - job.run_at) AS waited_s
 )
 SELECT true AS claimed, c.id, c.queue, c.kind, c.payload, c.priority, c.attempt, c.max_attempts,
-       c.backoff, c.timeout_ms, c.lease_token, c.parent_id, c.cancel_requested, c.quick, c.waited_s
+       c.backoff, c.timeout_ms, c.lease_token, c.parent_id, c.cancel_requested, c.waited_s
   FROM claimed AS c
 UNION ALL
-SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM done AS d
  WHERE (SELECT count(*) FROM notified) >= 0
 
@@ -206,7 +207,7 @@ SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 
 -- The same claim without the completion, event and UNION parts, whose setup and execution weigh on
 -- each one-job claim (docs/BENCHMARKS.md, "Figures behind the job engine's code"). $1 queues,
 -- $2 wanted per queue, $3 owner, $4 lease ms, $5 quick (commit without waiting for the flush, set
--- from the RETURNING list as in job_claim_batch).
+-- as in job_claim_batch).
 -- Its `wanted`, `locked` and update parts are job_claim_batch's: change both together
 -- (test_the_idle_claims_and_the_batch_claim_take_the_same_jobs holds them to the same jobs).
 WITH wanted AS (
@@ -231,13 +232,13 @@ UPDATE job
        attempted_at = now(),
        lease_owner = $3,
        lease_token = gen_random_uuid(),
-       lease_expires_at = now() + make_interval(secs => $4::bigint / 1000.0)
+       lease_expires_at = now() + $4::bigint * interval '1 millisecond'
  WHERE job.id = ANY (ARRAY(SELECT locked.id FROM locked))
+   AND (NOT $5::boolean OR (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL)
 RETURNING true AS claimed, job.id, job.queue, job.kind, job.payload, job.priority, job.attempt,
           job.max_attempts, job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
-          CASE WHEN $5::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick,
           -- How long the job waited since it was due (paymanager_job_wait_seconds).
-          extract(epoch FROM now() - job.run_at)::float8 AS waited_s
+          date_part('epoch', now() - job.run_at) AS waited_s
 
 -- name: job_claim_queue
 -- job_claim for one queue ($1): an idle worker's claim when one queue may have work (a NOTIFY names
@@ -250,7 +251,7 @@ UPDATE job
        attempted_at = now(),
        lease_owner = $3,
        lease_token = gen_random_uuid(),
-       lease_expires_at = now() + make_interval(secs => $4::bigint / 1000.0)
+       lease_expires_at = now() + $4::bigint * interval '1 millisecond'
  WHERE job.id = ANY (ARRAY(
         SELECT j.id FROM job j
          WHERE j.state = 'available' AND j.queue = $1
@@ -259,11 +260,11 @@ UPDATE job
          ORDER BY j.priority, j.run_at, j.id
          LIMIT $2
            FOR UPDATE SKIP LOCKED))
+   AND (NOT $5::boolean OR (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL)
 RETURNING true AS claimed, job.id, job.queue, job.kind, job.payload, job.priority, job.attempt,
           job.max_attempts, job.backoff, job.timeout_ms, job.lease_token, job.parent_id, job.cancel_requested,
-          CASE WHEN $5::boolean THEN set_config('synchronous_commit', 'off', true) END AS quick,
           -- How long the job waited since it was due (paymanager_job_wait_seconds).
-          extract(epoch FROM now() - job.run_at)::float8 AS waited_s
+          date_part('epoch', now() - job.run_at) AS waited_s
 
 -- name: job_promote_due
 -- Makes scheduled and retryable jobs whose time has come available (bounded), waking their queues;

@@ -159,7 +159,7 @@ async def test_the_idle_claims_and_the_batch_claim_take_the_same_jobs(pool: asyn
 
 CLAIMED_COLUMNS = (
     "claimed", "id", "queue", "kind", "payload", "priority", "attempt", "max_attempts", "backoff",
-    "timeout_ms", "lease_token", "parent_id", "cancel_requested", "quick", "waited_s",
+    "timeout_ms", "lease_token", "parent_id", "cancel_requested", "waited_s",
 )  # fmt: skip
 
 
