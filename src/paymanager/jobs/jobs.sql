@@ -154,8 +154,12 @@ WITH done AS (
     RETURNING job.id, job.kind, job.queue, job.attempt
 ), notified AS (
     -- `completed` events ($8 true), in chunks of 25 so a payload stays under NOTIFY's 8000 bytes.
-    SELECT pg_notify('pm_job_events', json_agg(json_build_object(
-               'e', 'completed', 'id', n.id, 'k', n.kind, 'q', n.queue, 'a', n.attempt))::text)
+    -- The JSON is concatenated, not built by json_build_object, whose per-row cost was a tenth of
+    -- the statement's: queue and kind names need no escaping, their domains (job_queue_name,
+    -- job_kind_name) admit only [A-Za-z0-9_.:-].
+    SELECT pg_notify('pm_job_events', '[' || string_agg(
+               '{"e":"completed","id":' || n.id || ',"k":"' || n.kind || '","q":"' || n.queue
+               || '","a":' || n.attempt || '}', ',') || ']')
       FROM (SELECT d.*, (row_number() OVER () - 1) / 25 AS chunk FROM done AS d) AS n
      WHERE $8::boolean
      GROUP BY n.chunk
@@ -300,8 +304,10 @@ WITH done AS (
      WHERE job.id = ANY ($1::bigint[]) AND job.id = r.id AND job.lease_token = r.token
     RETURNING job.id, job.kind, job.queue, job.attempt
 ), notified AS (
-    SELECT pg_notify('pm_job_events', json_agg(json_build_object(
-               'e', 'completed', 'id', n.id, 'k', n.kind, 'q', n.queue, 'a', n.attempt))::text)
+    -- Concatenated as in job_claim_batch, which says why.
+    SELECT pg_notify('pm_job_events', '[' || string_agg(
+               '{"e":"completed","id":' || n.id || ',"k":"' || n.kind || '","q":"' || n.queue
+               || '","a":' || n.attempt || '}', ',') || ']')
       FROM (SELECT d.*, (row_number() OVER () - 1) / 25 AS chunk FROM done AS d) AS n
      WHERE $4::boolean
      GROUP BY n.chunk
