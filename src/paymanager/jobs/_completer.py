@@ -46,7 +46,9 @@ class Completer:
         conn: PinnedConnection,
         batch_max: int,
         events: EventPublisher,
-        forget: Callable[[list[JobContext]], None],
+        # The worker's: the attempts are no longer held; True when their statement woke their
+        # globally limited queues (the completions').
+        forget: Callable[[list[JobContext], bool], None],
         requeued: Callable[[str], None],
         on_dead: DeadHook | None,
         delete_completed: bool = False,
@@ -142,9 +144,11 @@ class Completer:
             await self._write(lambda: self._complete(completions, events))
         if failures:
             await self._write(lambda: self._fail(failures, events, dead))
-        written = [ctx for ctx, _ in completions] + [ctx for ctx, _ in failures]
-        self._pending.difference_update(ctx.lease_token for ctx in written)
-        self._forget(written)
+        completed = [ctx for ctx, _ in completions]
+        failed = [ctx for ctx, _ in failures]
+        self._pending.difference_update(ctx.lease_token for ctx in completed + failed)
+        self._forget(completed, True)
+        self._forget(failed, False)
         # The dead jobs' hook (the error line operators alert on) before the events: a stop that
         # cancels this flush while it publishes then loses only events, which are best-effort.
         for ctx, error in dead:
@@ -206,7 +210,7 @@ class Completer:
         self.completed(batch, done, events)
         written = [ctx for ctx, _ in batch]
         self._pending.difference_update(ctx.lease_token for ctx in written)
-        self._forget(written)
+        self._forget(written, True)
         if events:
             await self._events.publish(events, notify=False)
 

@@ -10,8 +10,9 @@ asked by a handler ends without a notification).
 A queue that may not start jobs before some time (its rate window spent, or a handler's
 RateLimitedError paused it) is blocked until then by a timer: no claim goes out for it meanwhile, and
 the timer wakes the worker when the window opens. A queue at its global concurrency is not claimed
-again until a NOTIFY says a job of it finished somewhere: the process that writes such a job's outcome
-sends one (`finished`).
+again until a NOTIFY says a job of it finished somewhere: the statements that write completions send
+it with their commit (job_claim_batch, job_complete_many), and the process that wrote any other
+outcome sends one (`finished`).
 """
 
 from __future__ import annotations
@@ -144,11 +145,14 @@ class LimitedQueues:
             return
         self.block(queue, paused_ms)
 
-    def finished(self, queue: str) -> bool:
+    def finished(self, queue: str, *, woken: bool = False) -> bool:
         """A job of `queue` stopped running here: if the queue has a global concurrency, its
-        workers everywhere are woken (once per turn of the loop for all such queues). True then."""
+        workers everywhere are woken (once per turn of the loop for all such queues), unless the
+        statement that wrote its outcome woke them (`woken`: the completions). True then."""
         if queue not in self._wake_on_finish:
             return False
+        if woken:
+            return True
         if not self._finished:
             asyncio.get_running_loop().call_soon(self._send_wakes)
         self._finished.add(queue)

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import asyncpg
 
@@ -104,7 +104,7 @@ async def claim(db: Executor, params: ClaimParams) -> Claimed:
             Q["job_claim_batch_deleting" if p.delete_completed else "job_claim_batch"],
             p.queues, p.wanted, p.owner, p.lease_ms,
             [c.id for c in p.completions], [c.token for c in p.completions],
-            [c.result for c in p.completions], p.notify_completed, False,
+            _results(p.completions), p.notify_completed, False,
         )  # fmt: skip
         jobs: list[Job] = []
         completed: set[int] = set()
@@ -121,6 +121,15 @@ async def claim(db: Executor, params: ClaimParams) -> Claimed:
     else:
         rows = await db.fetch(Q["job_claim"], p.queues, p.wanted, p.owner, p.lease_ms, p.quick_commit)
     return Claimed([Job.from_row(row) for row in rows], set())
+
+
+def _results(completions: Sequence[Completion]) -> list[Any] | None:
+    """The completions' results as the statements take them: NULL when none has one (most jobs
+    return nothing), which the statements' unnest reads as a NULL result for every job, and which
+    spares encoding an array of NULLs, element by element, with every claim."""
+    if all(c.result is None for c in completions):
+        return None
+    return [c.result for c in completions]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +169,7 @@ async def complete_many(
         Q["job_complete_many_deleting" if delete else "job_complete_many"],
         [c.id for c in completions],
         [c.token for c in completions],
-        [c.result for c in completions],
+        _results(completions),
         notify_completed,
     )
     return {row["id"] for row in rows}

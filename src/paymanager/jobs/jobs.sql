@@ -134,7 +134,8 @@ SELECT i.id FROM inserted AS i WHERE (SELECT count(*) FROM woken) >= 0 AND (SELE
 -- name: job_claim_batch
 -- Completes the jobs of the previous batch and claims the next one, in ONE statement and so one
 -- commit (commits, each a WAL flush, bound a durable queue's throughput).
--- Completes jobs $5[i] still held under lease tokens $6[i] with results $7[i]; then claims, for
+-- Completes jobs $5[i] still held under lease tokens $6[i] with results $7[i] ($7 NULL: no result
+-- for any, as unnest pads a NULL array's column with NULLs); then claims, for
 -- each queue $1[i], up to $2[i] available jobs for owner $3, each with a
 -- fresh lease token and a lease of $4 ms. Returns claimed rows (`claimed` true) and the ids of the
 -- completed ones (`claimed` false). A queue that is paused, or has a limit (a rate, a global
@@ -163,6 +164,13 @@ WITH done AS (
       FROM (SELECT d.*, (row_number() OVER () - 1) / 25 AS chunk FROM done AS d) AS n
      WHERE $8::boolean
      GROUP BY n.chunk
+), woken AS (
+    -- A completed job of a queue with a global concurrency freed a slot: the queue's workers
+    -- everywhere are woken by this commit, not by a wake (job_queue_wake) in a transaction of its
+    -- own after it. Without such a queue this reads job_queue's rows alone, not the completed ones.
+    SELECT pg_notify('pm_job_available', q.name)
+      FROM job_queue AS q
+     WHERE q.concurrency_max IS NOT NULL AND q.name IN (SELECT d.queue FROM done AS d)
 ), wanted AS (
     SELECT w.queue, w.wanted
       FROM unnest($1::text[], $2::integer[]) AS w(queue, wanted)
@@ -204,7 +212,7 @@ SELECT true AS claimed, c.id, c.queue, c.kind, c.payload, c.priority, c.attempt,
 UNION ALL
 SELECT false, d.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
   FROM done AS d
- WHERE (SELECT count(*) FROM notified) >= 0
+ WHERE (SELECT count(*) FROM notified) >= 0 AND (SELECT count(*) FROM woken) >= 0
 
 -- name: job_claim
 -- job_claim_batch with nothing to complete: an idle worker's claim, on the enqueue-to-start path.
@@ -295,7 +303,8 @@ SELECT q.queue, count(*) AS n, pg_notify('pm_job_available', q.queue)
 
 -- name: job_complete_many
 -- Completes jobs still held under the given lease tokens; returns those completed, with their
--- `completed` events published ($4 true) as in job_claim_batch (which says why `state` is left out).
+-- `completed` events published ($4 true) and their globally limited queues woken, as in
+-- job_claim_batch (which says why `state` is left out, and what a NULL $3 means).
 WITH done AS (
     UPDATE job
        SET state = 'completed', finalized_at = now(), result = r.result,
@@ -311,8 +320,13 @@ WITH done AS (
       FROM (SELECT d.*, (row_number() OVER () - 1) / 25 AS chunk FROM done AS d) AS n
      WHERE $4::boolean
      GROUP BY n.chunk
+), woken AS (
+    -- As in job_claim_batch.
+    SELECT pg_notify('pm_job_available', q.name)
+      FROM job_queue AS q
+     WHERE q.concurrency_max IS NOT NULL AND q.name IN (SELECT d.queue FROM done AS d)
 )
-SELECT d.id FROM done AS d WHERE (SELECT count(*) FROM notified) >= 0
+SELECT d.id FROM done AS d WHERE (SELECT count(*) FROM notified) >= 0 AND (SELECT count(*) FROM woken) >= 0
 
 -- name: job_complete_fenced
 -- The fenced completion, run inside the handler's own transaction: no row means the lease is lost.

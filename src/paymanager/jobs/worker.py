@@ -561,8 +561,9 @@ class Worker:
             held.task = None
         self._wake.set()
 
-    def _forget(self, contexts: list[JobContext]) -> None:
-        """The attempts' outcomes are written (or their leases are gone): they are no longer held."""
+    def _forget(self, contexts: list[JobContext], woken: bool = False) -> None:
+        """The attempts' outcomes are written (or their leases are gone): they are no longer held.
+        `woken`: completions whose statement woke their globally limited queues' workers."""
         for ctx in contexts:
             held = self._held.pop(ctx.lease_token, None)
             if held is not None and held.task is not None:
@@ -571,7 +572,7 @@ class Worker:
                 self._wake.set()
         if self._limited.wakes_on_finish:
             for ctx in contexts:
-                if self._limited.finished(ctx.queue):
+                if self._limited.finished(ctx.queue, woken=woken):
                     # A slot of the queue is free: this worker tries it at once, without waiting
                     # for its own NOTIFY to come back.
                     self._maybe_work[ctx.queue] = True

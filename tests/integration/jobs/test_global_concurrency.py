@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
 import asyncpg
+import pytest
 
 from paymanager.jobs import JobContext, NewJob, Registry, enqueue_many, set_global_concurrency
+from paymanager.jobs import _limits as limits_module
+from paymanager.jobs._queries import CHANNEL_AVAILABLE, Q
 from paymanager.jobs.admin import list_queues
 from tests.integration.jobs.conftest import FAST, StartWorker, wait_until
 from tests.support.processes import paymanager_env, run_cli
@@ -104,6 +108,74 @@ async def test_a_job_finishing_in_one_worker_wakes_the_others_waiting_for_a_slot
         return ("b", 1) in ran
 
     await wait_until(second_ran)
+
+
+async def listening(database_url: str) -> tuple[asyncpg.Connection, asyncio.Queue[str]]:
+    """A connection LISTENing on the channel that wakes a queue's workers, and what it hears."""
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    conn = await asyncpg.connect(database_url)
+    await conn.add_listener(CHANNEL_AVAILABLE, lambda *args: heard.put_nowait(args[3]))
+    return conn, heard
+
+
+@pytest.mark.parametrize("statement", ["job_claim_batch", "job_claim_batch_deleting", "job_complete_many"])
+async def test_a_completion_of_a_globally_limited_queue_wakes_its_workers_with_its_commit(
+    pool: asyncpg.Pool, database_url: str, statement: str
+) -> None:
+    await set_global_concurrency(pool, QUEUE, 5)
+    await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE) for _ in range(2)])
+    await enqueue_many(pool, [NewJob("plain_call", {}, queue="plain") for _ in range(2)])
+    capped = await pool.fetch("SELECT * FROM job_claim_limited($1, 2, 't', 60000, false)", QUEUE)
+    plain = await pool.fetch(Q["job_claim_queue"], "plain", 2, "t", 60_000, False)
+    listener, heard = await listening(database_url)
+    try:
+        for rows, woken in ((plain, []), (capped, [QUEUE])):
+            ids, tokens = [r["id"] for r in rows], [r["lease_token"] for r in rows]
+            if statement == "job_complete_many":
+                done = await pool.fetch(Q[statement], ids, tokens, None, False)
+            else:
+                args = (["default"], [0], "t", 60_000, ids, tokens, None, False, False)
+                done = [r for r in await pool.fetch(Q[statement], *args) if not r["claimed"]]
+            assert len(done) == 2
+            # A marker NOTIFY after the statement: whatever it sent arrives before it.
+            await pool.execute(f"NOTIFY {CHANNEL_AVAILABLE}, 'marker'")
+            got: list[str] = []
+            while (payload := await asyncio.wait_for(heard.get(), 10)) != "marker":
+                got.append(payload)
+            # One wake per statement for the queue with a global concurrency; none for a plain one.
+            assert got == woken, (statement, got)
+    finally:
+        await listener.close()
+
+
+async def test_a_worker_sends_no_wake_of_its_own_for_the_completions_it_writes(
+    pool: asyncpg.Pool, database_url: str, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await set_global_concurrency(pool, QUEUE, 2)
+    wakes: list[list[str]] = []
+    wake_queues = limits_module.wake_queues
+
+    async def counted(db: Any, queues: list[str]) -> None:
+        wakes.append(list(queues))
+        await wake_queues(db, queues)
+
+    monkeypatch.setattr(limits_module, "wake_queues", counted)
+    registry = Registry()
+    registry.register("partner_call", lambda ctx: None, queue=QUEUE)
+    await start_worker(registry, {QUEUE: 5})
+    listener, heard = await listening(database_url)
+    try:
+        await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE) for _ in range(6)])
+
+        async def all_done() -> bool:
+            return int(await pool.fetchval("SELECT count(*) FROM job WHERE state = 'completed'")) == 6
+
+        await wait_until(all_done)
+        # The completions' statements woke the queue (the enqueue's own NOTIFY is one of these).
+        assert heard.qsize() >= 2
+        assert wakes == []
+    finally:
+        await listener.close()
 
 
 async def test_the_cli_sets_shows_and_removes_a_global_concurrency(

@@ -45,6 +45,39 @@ async def test_worker_runs_a_job_and_stores_its_result(pool: asyncpg.Pool, start
     assert row["finalized_at"] is not None
 
 
+async def test_the_completions_of_a_batch_store_each_jobs_own_result_or_none(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    # Batches where no job returns a result are sent without a results array (NULL for each);
+    # batches mixing both send one; each job's own must be stored either way, by the claims that
+    # carry completions and by the completer's own writes.
+    registry = Registry()
+
+    @registry.handler("maybe")
+    async def maybe(ctx: JobContext) -> Any:
+        return {"i": ctx.payload["i"]} if ctx.payload["i"] % 3 == 0 else None
+
+    @registry.handler("never")
+    async def never(ctx: JobContext) -> None:
+        return None
+
+    await start_worker(registry, {"default": 8})
+    mixed = await enqueue_many(pool, [NewJob("maybe", {"i": i}) for i in range(300)])
+    bare = await enqueue_many(pool, [NewJob("never", {}) for _ in range(100)])
+    await wait_until(lambda: _all_completed(pool, [*mixed, *bare]))
+    rows = await pool.fetch("SELECT id, result, payload FROM job WHERE id = ANY($1::bigint[])", mixed + bare)
+    results = {row["id"]: row["result"] for row in rows}
+    assert [results[i] for i in mixed] == [{"i": n} if n % 3 == 0 else None for n in range(300)]
+    assert [results[i] for i in bare] == [None] * 100
+
+
+async def _all_completed(pool: asyncpg.Pool, ids: list[int]) -> bool:
+    n = await pool.fetchval(
+        "SELECT count(*) FROM job WHERE id = ANY($1::bigint[]) AND state = 'completed'", ids
+    )
+    return bool(n == len(ids))
+
+
 async def test_many_jobs_over_two_queues_all_complete_once(
     pool: asyncpg.Pool, start_worker: StartWorker
 ) -> None:
