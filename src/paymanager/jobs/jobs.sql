@@ -155,9 +155,10 @@ WITH done AS (
     RETURNING job.id, job.kind, job.queue, job.attempt
 ), notified AS (
     -- `completed` events ($8 true), in chunks of 25 so a payload stays under NOTIFY's 8000 bytes.
-    -- The JSON is concatenated, not built by json_build_object, whose per-row cost was a tenth of
-    -- the statement's: queue and kind names need no escaping, their domains (job_queue_name,
-    -- job_kind_name) admit only [A-Za-z0-9_.:-].
+    -- The JSON is concatenated: json_build_object and json_agg cost the backend several times as
+    -- much per event (docs/BENCHMARKS.md, "PostgreSQL's work per claimed job"), and queue and kind
+    -- names need no escaping, their domains (job_queue_name, job_kind_name) admitting only
+    -- [A-Za-z0-9_.:-].
     SELECT pg_notify('pm_job_events', '[' || string_agg(
                '{"e":"completed","id":' || n.id || ',"k":"' || n.kind || '","q":"' || n.queue
                || '","a":' || n.attempt || '}', ',') || ']')
@@ -166,8 +167,8 @@ WITH done AS (
      GROUP BY n.chunk
 ), woken AS (
     -- A completed job of a queue with a global concurrency freed a slot: the queue's workers
-    -- everywhere are woken by this commit, not by a wake (job_queue_wake) in a transaction of its
-    -- own after it. Without such a queue this reads job_queue's rows alone, not the completed ones.
+    -- everywhere are woken by this commit, where a wake of its own (job_queue_wake) would be one
+    -- more transaction per batch. Without such a queue this reads job_queue's rows alone.
     SELECT pg_notify('pm_job_available', q.name)
       FROM job_queue AS q
      WHERE q.concurrency_max IS NOT NULL AND q.name IN (SELECT d.queue FROM done AS d)

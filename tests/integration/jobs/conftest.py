@@ -1,5 +1,6 @@
 """Fixtures for the job engine's integration tests: workers that are always stopped, the options and
-registries most tests start them with, and waits on a job's state or a worker's idleness."""
+registries most tests start them with, waits on a job's state or a worker's idleness, and the
+statements that write completions run by hand."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import asyncpg
 import pytest
 
 from paymanager.jobs import EnqueueResult, JobContext, Registry, Worker, WorkerOptions, enqueue
+from paymanager.jobs._queries import Q
 from tests.support.waiting import wait_until as wait_until  # the jobs tests import it from here
 
 # Short leases and intervals keep crash-like tests quick; they are correctness bounds, not timings.
@@ -23,6 +25,22 @@ QUIET = WorkerOptions(
 )  # fmt: skip
 
 StartWorker = Callable[..., Awaitable[Worker]]
+
+
+# The statements that write completions, as the worker sends them.
+COMPLETING_STATEMENTS = ("job_claim_batch", "job_claim_batch_deleting", "job_complete_many")
+
+
+async def complete_by(
+    db: asyncpg.Pool | asyncpg.Connection, statement: str, held: list[asyncpg.Record], *, notify: bool
+) -> list[int]:
+    """Complete the claimed rows `held` (no results) by `statement` of COMPLETING_STATEMENTS; a
+    claim statement claims nothing meanwhile. The ids completed."""
+    ids, tokens = [r["id"] for r in held], [r["lease_token"] for r in held]
+    if statement == "job_complete_many":
+        return [r["id"] for r in await db.fetch(Q[statement], ids, tokens, None, notify)]
+    args = (["default"], [0], "t", 60_000, ids, tokens, None, notify, False)
+    return [r["id"] for r in await db.fetch(Q[statement], *args) if not r["claimed"]]
 
 
 @pytest.fixture

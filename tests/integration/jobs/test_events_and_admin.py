@@ -26,7 +26,7 @@ from paymanager.jobs import (
     enqueue_many,
 )
 from paymanager.jobs._queries import Q
-from tests.integration.jobs.conftest import FAST, StartWorker, wait_state
+from tests.integration.jobs.conftest import COMPLETING_STATEMENTS, FAST, StartWorker, complete_by, wait_state
 from tests.support.waiting import wait_for_lock_waiters
 
 
@@ -79,21 +79,14 @@ LONG_QUEUE = ("Az09_.:-" * 8)[:64]
 LONG_KIND = ("zA90-:._" * 16)[:128]
 
 
-@pytest.mark.parametrize("statement", ["job_claim_batch", "job_claim_batch_deleting", "job_complete_many"])
+@pytest.mark.parametrize("statement", COMPLETING_STATEMENTS)
 async def test_completed_events_of_a_whole_batch_with_the_longest_names_reach_subscribers(
     pool: asyncpg.Pool, database_url: str, statement: str
 ) -> None:
     jobs = await enqueue_many(pool, [NewJob(LONG_KIND, {}, queue=LONG_QUEUE) for _ in range(60)])
     async with EventStream(database_url) as stream, pool.acquire() as conn:
         rows = await conn.fetch(Q["job_claim_queue"], LONG_QUEUE, 60, "t", 30_000, False)
-        held = [(r["id"], r["lease_token"]) for r in rows]
-        ids, tokens, results = [h[0] for h in held], [h[1] for h in held], [None] * len(held)
-        if statement == "job_complete_many":
-            done = await conn.fetch(Q[statement], ids, tokens, results, True)
-        else:
-            args = (["default"], [0], "t", 30_000, ids, tokens, results, True, False)
-            done = [r for r in await conn.fetch(Q[statement], *args) if not r["claimed"]]
-        assert len(done) == 60
+        assert len(await complete_by(conn, statement, rows, notify=True)) == 60
         seen: list[JobEvent] = []
         while len(seen) < 60:
             seen.append(await stream.next(timeout_s=15))

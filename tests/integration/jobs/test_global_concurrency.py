@@ -14,7 +14,7 @@ from paymanager.jobs import JobContext, NewJob, Registry, enqueue_many, set_glob
 from paymanager.jobs import _limits as limits_module
 from paymanager.jobs._queries import CHANNEL_AVAILABLE, Q
 from paymanager.jobs.admin import list_queues
-from tests.integration.jobs.conftest import FAST, StartWorker, wait_until
+from tests.integration.jobs.conftest import COMPLETING_STATEMENTS, FAST, StartWorker, complete_by, wait_until
 from tests.support.processes import paymanager_env, run_cli
 
 QUEUE = "capped"
@@ -118,7 +118,7 @@ async def listening(database_url: str) -> tuple[asyncpg.Connection, asyncio.Queu
     return conn, heard
 
 
-@pytest.mark.parametrize("statement", ["job_claim_batch", "job_claim_batch_deleting", "job_complete_many"])
+@pytest.mark.parametrize("statement", COMPLETING_STATEMENTS)
 async def test_a_completion_of_a_globally_limited_queue_wakes_its_workers_with_its_commit(
     pool: asyncpg.Pool, database_url: str, statement: str
 ) -> None:
@@ -130,13 +130,7 @@ async def test_a_completion_of_a_globally_limited_queue_wakes_its_workers_with_i
     listener, heard = await listening(database_url)
     try:
         for rows, woken in ((plain, []), (capped, [QUEUE])):
-            ids, tokens = [r["id"] for r in rows], [r["lease_token"] for r in rows]
-            if statement == "job_complete_many":
-                done = await pool.fetch(Q[statement], ids, tokens, None, False)
-            else:
-                args = (["default"], [0], "t", 60_000, ids, tokens, None, False, False)
-                done = [r for r in await pool.fetch(Q[statement], *args) if not r["claimed"]]
-            assert len(done) == 2
+            assert len(await complete_by(pool, statement, rows, notify=False)) == 2
             # A marker NOTIFY after the statement: whatever it sent arrives before it.
             await pool.execute(f"NOTIFY {CHANNEL_AVAILABLE}, 'marker'")
             got: list[str] = []
