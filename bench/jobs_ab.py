@@ -85,12 +85,15 @@ def main() -> None:
         flush=True,
     )
     rates: dict[str, list[float]] = {"a": [], "b": []}
-    for r in range(args.rounds):
-        order = (("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))
-        for key, tree in order:
-            rates[key].append(one_run(tree, dsn, args.jobs, args.workers, args.beside_limited))
-        x, y = rates["a"][-1], rates["b"][-1]
-        print(f"  round {r + 1}: B/A {y:.0f}/{x:.0f} jobs/s ({y / x:.2f}x)", flush=True)
+    try:
+        for r in range(args.rounds):
+            order = (("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))
+            for key, tree in order:
+                rates[key].append(one_run(tree, dsn, args.jobs, args.workers, args.beside_limited))
+            x, y = rates["a"][-1], rates["b"][-1]
+            print(f"  round {r + 1}: B/A {y:.0f}/{x:.0f} jobs/s ({y / x:.2f}x)", flush=True)
+    finally:
+        asyncio.run(jobs_bench.drop_database(dsn))
     ratios = [y / x for x, y in zip(rates["a"], rates["b"], strict=True)]
     print(
         f"A median {statistics.median(rates['a']):.0f} jobs/s, B median {statistics.median(rates['b']):.0f}; "
