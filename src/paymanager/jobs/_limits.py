@@ -10,21 +10,24 @@ asked by a handler ends without a notification).
 A queue that may not start jobs before some time (its rate window spent, or a handler's
 RateLimitedError paused it) is blocked until then by a timer: no claim goes out for it meanwhile, and
 the timer wakes the worker when the window opens. A queue at its global concurrency is not claimed
-again until a NOTIFY says a job of it finished somewhere: the statements that write completions send
-it with their commit (job_claim_batch, job_complete_many), and the process that wrote any other
-outcome sends one (`finished`).
+again until a slot frees: a job of it that completes here is written by the queue's next claim
+(job_claim_limited completes first, then counts), which goes at once; elsewhere a NOTIFY says so.
+The statements that write completions send it with their commit (job_claim_batch,
+job_complete_many, and job_claim_limited when its claim left a slot free), and the process that
+wrote any other outcome sends one (`finished`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import asyncpg
 
 from paymanager.db.pool import Pool
+from paymanager.jobs._outcomes import Completion
 from paymanager.jobs._store import (
     LimitedClaim,
     claim_limited,
@@ -121,11 +124,22 @@ class LimitedQueues:
                 return
 
     async def claim(
-        self, queue: str, wanted: int, owner: str, lease_ms: int, quick_commit: bool
+        self,
+        queue: str,
+        wanted: int,
+        owner: str,
+        lease_ms: int,
+        quick_commit: bool,
+        completions: Sequence[Completion] = (),
+        *,
+        notify_completed: bool = True,
+        delete_completed: bool = False,
     ) -> LimitedClaim:
+        """Claim up to `wanted` jobs of `queue`, writing `completions` first (their slots count)."""
         claimed = await claim_limited(
-            self._pool, queue=queue, wanted=wanted, owner=owner, lease_ms=lease_ms, quick_commit=quick_commit
-        )
+            self._pool, queue=queue, wanted=wanted, owner=owner, lease_ms=lease_ms, quick_commit=quick_commit,
+            completions=completions, notify_completed=notify_completed, delete_completed=delete_completed,
+        )  # fmt: skip
         self.claims_sent += 1
         return claimed
 
@@ -170,6 +184,10 @@ class LimitedQueues:
         except DB_ERRORS as exc:
             # The others' polls find the free slot.
             log.warning("waking a limited queue's workers failed", queues=queues, error=str(exc))
+
+    def is_capped(self, queue: str) -> bool:
+        """Whether `queue` has a global concurrency."""
+        return queue in self._wake_on_finish
 
     @property
     def wakes_on_finish(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeAlias
 
@@ -134,21 +134,45 @@ def _results(completions: Sequence[Completion]) -> list[Any] | None:
 
 @dataclass(frozen=True, slots=True)
 class LimitedClaim:
-    """What a claim of a limited queue got, and how long the queue may start nothing more (None: it
-    may go on)."""
+    """What a claim of a limited queue got, how long the queue may start nothing more (None: it
+    may go on), and the ids of the completions its statement wrote."""
 
     jobs: list[Job]
     retry_after_ms: int | None
+    completed: set[int] = field(default_factory=set)
 
 
 async def claim_limited(
-    db: Executor, *, queue: str, wanted: int, owner: str, lease_ms: int, quick_commit: bool
+    db: Executor,
+    *,
+    queue: str,
+    wanted: int,
+    owner: str,
+    lease_ms: int,
+    quick_commit: bool,
+    completions: Sequence[Completion] = (),
+    notify_completed: bool = True,
+    delete_completed: bool = False,
 ) -> LimitedClaim:
-    """Claim up to `wanted` jobs of a queue with limits, within them (job_claim_limited)."""
-    rows = await db.fetch(Q["job_claim_limited"], queue, wanted, owner, lease_ms, quick_commit)
-    jobs = [Job.from_row(row) for row in rows if row["claimed"]]
-    waits = [int(row["retry_after_ms"]) for row in rows if not row["claimed"]]
-    return LimitedClaim(jobs, waits[0] if waits else None)
+    """Claim up to `wanted` jobs of a queue with limits, within them, after writing `completions`
+    (job_claim_limited: the slots the completions free count for this claim). `quick_commit` is
+    ignored when there are completions: they must be durable."""
+    rows = await db.fetch(
+        Q["job_claim_limited"], queue, wanted, owner, lease_ms, quick_commit and not completions,
+        [c.id for c in completions], [c.token for c in completions], _results(completions),
+        notify_completed, delete_completed,
+    )  # fmt: skip
+    jobs: list[Job] = []
+    completed: set[int] = set()
+    retry_after_ms: int | None = None
+    for row in rows:
+        if row["claimed"]:
+            jobs.append(Job.from_row(row))
+        elif row["retry_after_ms"] is not None:
+            retry_after_ms = int(row["retry_after_ms"])
+        else:
+            completed.add(row["id"])
+    return LimitedClaim(jobs, retry_after_ms, completed)
 
 
 async def promote_due(db: Executor, *, now: datetime | None, batch_max: int) -> None:

@@ -596,10 +596,12 @@ SELECT name, paused, max_depth, rate_max, rate_window_ms, concurrency_max, waiti
   FROM job_queue ORDER BY name
 
 -- name: job_claim_limited
--- The claim of a queue with limits (migration 0110 says how): $1 queue, $2 wanted, $3 owner, $4
--- lease ms, $5 quick commit. Rows as job_claim's, and a row with `claimed` false carrying
--- retry_after_ms when the queue may start nothing more before then.
-SELECT * FROM job_claim_limited($1, $2, $3, $4, $5)
+-- The claim of a queue with limits (migrations 0110 and 0617 say how): $1 queue, $2 wanted, $3 owner,
+-- $4 lease ms, $5 quick commit; first it completes jobs $6[i] held under lease tokens $7[i] with
+-- results $8[i] ($8 NULL: none), publishing their events ($9) or deleting their rows ($10). Rows as
+-- job_claim's; a row with `claimed` false is a completed job's id, or carries retry_after_ms when
+-- the queue may start nothing more before then.
+SELECT * FROM job_claim_limited($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 
 -- name: job_queue_limits
 -- The limits of queues $1 that have any: a rate, a global concurrency, or a pause still running

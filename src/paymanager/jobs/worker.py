@@ -419,13 +419,19 @@ class Worker:
             log.error("job claim crashed", error=repr(task.exception()))
 
     async def _claim_limited(self, queue: str, wanted: int) -> None:
-        """Claim up to `wanted` jobs of a limited queue within its limits (job_claim_limited)."""
+        """Claim up to `wanted` jobs of a limited queue within its limits (job_claim_limited),
+        writing the pending completions in the same statement, as the plain claims do: a job of a
+        globally limited queue that ended here frees its slot for this claim."""
         seen = self._notified[queue]
+        batch = self._completer.take_completions()
         try:
             claim = await self._limited.claim(
-                queue, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit
-            )
+                queue, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit,
+                [c for _, c in batch], notify_completed=self.events.notify_completed,
+                delete_completed=self._deletes(batch),
+            )  # fmt: skip
         except BaseException as exc:
+            self._completer.put_back(batch)
             self._free[queue] += wanted
             if not isinstance(exc, DB_ERRORS):
                 raise
@@ -433,6 +439,8 @@ class Worker:
             report_error(self._on_error, "claim", exc)
             self._limited.block(queue, int(CLAIM_RETRY_DELAY_S * 1000))
             return
+        if batch:
+            await self._completer.settled(batch, claim.completed)
         got = len(claim.jobs)
         self._free[queue] += wanted - got
         if claim.retry_after_ms is not None:
@@ -453,11 +461,9 @@ class Worker:
         """Claim into the reserved slots, writing pending completions in the same statement."""
         seen = {q: self._notified[q] for q in queues}
         batch = self._completer.take_completions()
-        # A flow's child is completed, never deleted: its parent's trigger counts it.
-        delete = self._completer.delete_completed and all(ctx.parent_id is None for ctx, _ in batch)
         params = ClaimParams(
             queues, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit,
-            [c for _, c in batch], self.events.notify_completed, delete,
+            [c for _, c in batch], self.events.notify_completed, self._deletes(batch),
         )  # fmt: skip
         try:
             claimed = await claim(conn, params)
@@ -492,6 +498,11 @@ class Worker:
             ctx, held, backoff = starts[0]
             held.task = task
             await self._executor.run(ctx, held, backoff)
+
+    def _deletes(self, batch: list[tuple[JobContext, Completion]]) -> bool:
+        """Whether a claim's completions delete their rows: a flow's child is completed, never
+        deleted, for its parent's trigger counts it."""
+        return self._completer.delete_completed and all(ctx.parent_id is None for ctx, _ in batch)
 
     def _claimed(
         self, claimed: Claimed, queues: list[str], wanted: list[int], seen: dict[str, int]
@@ -556,6 +567,10 @@ class Worker:
         """Hand the outcome to the completer and free the slot (the job stays held until written)."""
         self._completer.add(ctx, outcome)
         self._free[ctx.queue] += 1
+        if isinstance(outcome, Completion) and self._limited.is_capped(ctx.queue):
+            # The job's slot in the queue's global concurrency frees with its completion, which the
+            # queue's next claim writes before it counts the slots: that claim may go now.
+            self._maybe_work[ctx.queue] = True
         held = self._held.get(ctx.lease_token)
         if held is not None:
             held.task = None

@@ -28,17 +28,25 @@ StartWorker = Callable[..., Awaitable[Worker]]
 
 
 # The statements that write completions, as the worker sends them.
-COMPLETING_STATEMENTS = ("job_claim_batch", "job_claim_batch_deleting", "job_complete_many")
+COMPLETING_STATEMENTS = (
+    "job_claim_batch", "job_claim_batch_deleting", "job_complete_many", "job_claim_limited",
+    "job_claim_limited_deleting",
+)  # fmt: skip
 
 
 async def complete_by(
     db: asyncpg.Pool | asyncpg.Connection, statement: str, held: list[asyncpg.Record], *, notify: bool
 ) -> list[int]:
     """Complete the claimed rows `held` (no results) by `statement` of COMPLETING_STATEMENTS; a
-    claim statement claims nothing meanwhile. The ids completed."""
+    claim statement claims nothing meanwhile (a limited claim's, of the queue "default"). The ids
+    completed."""
     ids, tokens = [r["id"] for r in held], [r["lease_token"] for r in held]
     if statement == "job_complete_many":
         return [r["id"] for r in await db.fetch(Q[statement], ids, tokens, None, notify)]
+    if statement.startswith("job_claim_limited"):
+        deleting = statement.endswith("_deleting")
+        args: tuple[object, ...] = ("default", 0, "t", 60_000, False, ids, tokens, None, notify, deleting)
+        return [r["id"] for r in await db.fetch(Q["job_claim_limited"], *args) if not r["claimed"]]
     args = (["default"], [0], "t", 60_000, ids, tokens, None, notify, False)
     return [r["id"] for r in await db.fetch(Q[statement], *args) if not r["claimed"]]
 

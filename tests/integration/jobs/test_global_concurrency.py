@@ -4,6 +4,7 @@ each worker's own concurrency."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -215,3 +216,86 @@ async def test_a_limited_claim_counts_only_its_own_queues_running_jobs(pool: asy
         read = int(await conn.fetchval(INDEX_ENTRIES_READ)) - before
     # The claim reads its queue's available job and its few running ones, not the other queue's.
     assert read < busy // 10, read
+
+
+LIMITED_CLAIM = "SELECT * FROM job_claim_limited($1, $2, 't', 60000, false, $3, $4, NULL, false, $5)"
+
+
+@pytest.mark.parametrize("delete", [False, True])
+async def test_a_limited_claim_writes_its_completions_first_and_takes_the_slots_they_free(
+    pool: asyncpg.Pool, delete: bool
+) -> None:
+    await set_global_concurrency(pool, QUEUE, 1)
+    first, second = await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE) for _ in range(2)])
+    [held] = [r for r in await pool.fetch(LIMITED_CLAIM, QUEUE, 5, [], [], False) if r["claimed"]]
+    assert held["id"] == first
+    # A completion under a token the job does not hold is refused: its slot stays taken.
+    stale = await pool.fetch(LIMITED_CLAIM, QUEUE, 5, [first], [uuid.uuid4()], delete)
+    assert stale == []
+    rows = await pool.fetch(LIMITED_CLAIM, QUEUE, 5, [first], [held["lease_token"]], delete)
+    assert [(r["claimed"], r["id"]) for r in rows] == [(False, first), (True, second)]
+    state = await pool.fetchval("SELECT state::text FROM job WHERE id = $1", first)
+    assert state == (None if delete else "completed")
+    assert int(await pool.fetchval(RUNNING, QUEUE)) == 1
+
+
+async def heard_until_marker(pool: asyncpg.Pool, heard: asyncio.Queue[str]) -> list[str]:
+    """What the listener heard before a marker NOTIFY sent now: all that came before it."""
+    await pool.execute(f"NOTIFY {CHANNEL_AVAILABLE}, 'marker'")
+    got: list[str] = []
+    while (payload := await asyncio.wait_for(heard.get(), 10)) != "marker":
+        got.append(payload)
+    return got
+
+
+async def test_a_limited_claim_wakes_the_other_workers_only_for_a_slot_it_left_free(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    await set_global_concurrency(pool, QUEUE, 2)
+    await set_global_concurrency(pool, "capped.other", 1)
+    await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE) for _ in range(3)])
+    await enqueue_many(pool, [NewJob("partner_call", {}, queue="capped.other")])
+    a, b = [r for r in await pool.fetch(LIMITED_CLAIM, QUEUE, 2, [], [], False) if r["claimed"]]
+    [other] = [r for r in await pool.fetch(LIMITED_CLAIM, "capped.other", 1, [], [], False) if r["claimed"]]
+    listener, heard = await listening(database_url)
+    try:
+        # a's slot is taken again by the third job: nothing for another worker to claim.
+        rows = await pool.fetch(LIMITED_CLAIM, QUEUE, 5, [a["id"]], [a["lease_token"]], False)
+        assert sum(r["claimed"] for r in rows) == 1
+        assert await heard_until_marker(pool, heard) == []
+        # b's slot is left free (no job is waiting here; another worker's may be): woken.
+        rows = await pool.fetch(LIMITED_CLAIM, QUEUE, 5, [b["id"]], [b["lease_token"]], False)
+        assert [(r["claimed"], r["id"]) for r in rows] == [(False, b["id"])]
+        assert await heard_until_marker(pool, heard) == [QUEUE]
+        # A completion of another globally limited queue wakes that queue.
+        rows = await pool.fetch(LIMITED_CLAIM, QUEUE, 5, [other["id"]], [other["lease_token"]], False)
+        assert [(r["claimed"], r["id"]) for r in rows] == [(False, other["id"])]
+        assert await heard_until_marker(pool, heard) == ["capped.other"]
+    finally:
+        await listener.close()
+
+
+async def test_a_worker_writes_a_globally_limited_queues_completions_with_its_next_claim(
+    pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await set_global_concurrency(pool, QUEUE, 2)
+    carried: list[int] = []
+    claim_limited = limits_module.claim_limited
+
+    async def counted(db: Any, **kwargs: Any) -> Any:
+        carried.append(len(kwargs["completions"]))
+        return await claim_limited(db, **kwargs)
+
+    monkeypatch.setattr(limits_module, "claim_limited", counted)
+    registry = Registry()
+    registry.register("partner_call", lambda ctx: None, queue=QUEUE)
+    await start_worker(registry, {QUEUE: 5})
+    jobs = await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE) for _ in range(20)])
+
+    async def all_done() -> bool:
+        return int(await pool.fetchval("SELECT count(*) FROM job WHERE state = 'completed'")) == len(jobs)
+
+    await wait_until(all_done)
+    # The claims that took the freed slots wrote the completions that freed them.
+    assert sum(carried) > 0, carried
+    assert int(await pool.fetchval("SELECT sum(attempt) FROM job")) == len(jobs)
