@@ -146,6 +146,13 @@ SELECT i.id FROM inserted AS i WHERE (SELECT count(*) FROM woken) >= 0 AND (SELE
 -- token only: a token is held by a running job alone (CHECK job_lease_iff_running), and with
 -- `state = 'running'` in the condition the generic plan AND-ed a bitmap of the whole running-lease
 -- index into each row's primary-key probe (docs/BENCHMARKS.md, "Figures behind the job engine's code").
+-- The scan runs before `done` (the final SELECT reads `claimed` first). A scan may leave a lock on a
+-- job another worker runs (a row claimed after this statement's snapshot: FOR UPDATE locks its
+-- newest version, and the recheck then drops it), so that worker's completions wait for this
+-- commit; rarely two claims each hold what the other's completions wait for, a deadlock the claim
+-- sessions' lock_timeout breaks (one claim fails and is retried; nothing is lost). Completing first
+-- was slower (docs/BENCHMARKS.md, "Limited claims that complete"): the later a scan starts after
+-- its snapshot, the more such rows it meets.
 WITH done AS (
     UPDATE job
        SET state = 'completed', finalized_at = now(), result = r.result,

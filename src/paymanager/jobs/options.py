@@ -76,9 +76,11 @@ class WorkerOptions:
     # quickly".
     quick_claim_commit: bool = True
     # The longest a claim waits on a lock (PostgreSQL's lock_timeout on the claim sessions). Claims
-    # skip locked jobs, so they wait only behind DDL (a migration's ALTER TABLE or LOCK): past this
-    # the claim fails and is retried, so neither a graceful stop nor the LISTEN connection (whose
-    # notifications wait behind a statement running on it) stays stuck behind the lock.
+    # skip locked jobs; they wait behind DDL (a migration's ALTER TABLE or LOCK), and for a moment
+    # when a job they complete is locked by another worker's claim in flight, or for this long when
+    # two claims deadlock so (jobs.sql, job_claim_batch): past this the claim fails and is retried,
+    # so neither a graceful stop nor the LISTEN connection (whose notifications wait behind a
+    # statement running on it) stays stuck.
     claim_lock_timeout_ms: int = 1_000
     # Completed jobs are deleted as they complete instead of kept as `completed` rows for retention
     # to prune (BullMQ's removeOnComplete: true): no result is kept, and `wait_until_finished` and
