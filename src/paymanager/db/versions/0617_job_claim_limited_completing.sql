@@ -52,33 +52,27 @@ DECLARE
     done_events text[] := '{}';
 BEGIN
     IF cardinality(p_ids) > 0 THEN
-        IF p_delete THEN
-            WITH done AS (
-                DELETE FROM job
-                 USING unnest(p_ids, p_tokens, p_results) AS r(id, token, result)
-                 WHERE job.id = ANY (p_ids) AND job.id = r.id AND job.lease_token = r.token
-                RETURNING job.id, job.kind, job.queue, job.attempt
-            )
-            SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(DISTINCT d.queue::text), '{}'),
-                   coalesce(array_agg('{"e":"completed","id":' || d.id || ',"k":"' || d.kind || '","q":"'
-                                      || d.queue || '","a":' || d.attempt || '}'), '{}')
-              INTO done_ids, done_queues, done_events
-              FROM done AS d;
-        ELSE
-            WITH done AS (
-                UPDATE job
-                   SET state = 'completed', finalized_at = now(), result = r.result,
-                       lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-                  FROM unnest(p_ids, p_tokens, p_results) AS r(id, token, result)
-                 WHERE job.id = ANY (p_ids) AND job.id = r.id AND job.lease_token = r.token
-                RETURNING job.id, job.kind, job.queue, job.attempt
-            )
-            SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(DISTINCT d.queue::text), '{}'),
-                   coalesce(array_agg('{"e":"completed","id":' || d.id || ',"k":"' || d.kind || '","q":"'
-                                      || d.queue || '","a":' || d.attempt || '}'), '{}')
-              INTO done_ids, done_queues, done_events
-              FROM done AS d;
-        END IF;
+        -- One statement for both forms: the one $10 does not ask for is cut by its one-time filter.
+        WITH deleted AS (
+            DELETE FROM job
+             USING unnest(p_ids, p_tokens, p_results) AS r(id, token, result)
+             WHERE p_delete AND job.id = ANY (p_ids) AND job.id = r.id AND job.lease_token = r.token
+            RETURNING job.id, job.kind, job.queue, job.attempt
+        ), updated AS (
+            UPDATE job
+               SET state = 'completed', finalized_at = now(), result = r.result,
+                   lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+              FROM unnest(p_ids, p_tokens, p_results) AS r(id, token, result)
+             WHERE NOT p_delete AND job.id = ANY (p_ids) AND job.id = r.id AND job.lease_token = r.token
+            RETURNING job.id, job.kind, job.queue, job.attempt
+        ), done AS (
+            SELECT * FROM deleted UNION ALL SELECT * FROM updated
+        )
+        SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(DISTINCT d.queue::text), '{}'),
+               coalesce(array_agg('{"e":"completed","id":' || d.id || ',"k":"' || d.kind || '","q":"'
+                                  || d.queue || '","a":' || d.attempt || '}'), '{}')
+          INTO done_ids, done_queues, done_events
+          FROM done AS d;
         IF p_notify THEN
             PERFORM pg_notify('pm_job_events', '[' || array_to_string(done_events[i:i + 24], ',') || ']')
                FROM generate_series(1, cardinality(done_events), 25) AS i;
