@@ -15,8 +15,9 @@
 -- claim's own queue when the claim left it no free slot: the slots its completions freed are taken
 -- again by this claim, and waking the other processes would only send them to find the queue full.
 --
--- The completions run before the queue's row is locked: they are this worker's own running jobs,
--- locked by no other claim, and the count of the queue's running jobs that follows sees them done.
+-- The completions run before the queue's row is locked, so that the count of the queue's running
+-- jobs that follows sees them done; they are this worker's own running jobs, which another claim's
+-- scan holds for a moment at most (jobs.sql, job_claim_batch, says when).
 -- The rest is 0615's body (the lease expiry now without a numeric division per row).
 DROP FUNCTION job_claim_limited(text, integer, text, bigint, boolean);
 
