@@ -50,6 +50,10 @@ log = get_logger("paymanager.jobs.worker")
 # While this many outcomes wait to be written, the worker claims no more (back-pressure).
 PENDING_OUTCOMES_MAX = 5_000
 CLAIM_RETRY_DELAY_S = 0.5
+# A claim that failed on these has waited already (its lock_timeout, or the deadlock detector's
+# timeout): it goes again at once. Two claims in flight can deadlock on each other's jobs (jobs.sql,
+# job_claim_batch); the database is not failing then, and a pause would only stall the claims.
+LOCK_ERRORS = (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError)
 DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 
@@ -437,7 +441,8 @@ class Worker:
                 raise
             log.warning("job claim failed", queue=queue, error=str(exc))
             report_error(self._on_error, "claim", exc)
-            self._limited.block(queue, int(CLAIM_RETRY_DELAY_S * 1000))
+            if not isinstance(exc, LOCK_ERRORS):
+                self._limited.block(queue, int(CLAIM_RETRY_DELAY_S * 1000))
             return
         if batch:
             await self._completer.settled(batch, claim.completed)
@@ -476,7 +481,8 @@ class Worker:
                 raise
             log.warning("job claim failed", error=str(exc))
             report_error(self._on_error, "claim", exc)
-            await asyncio.sleep(CLAIM_RETRY_DELAY_S)
+            if not isinstance(exc, LOCK_ERRORS):
+                await asyncio.sleep(CLAIM_RETRY_DELAY_S)
             self._give_back(conn)
             self._wake.set()
             return

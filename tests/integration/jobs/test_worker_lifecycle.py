@@ -11,9 +11,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+import pytest
 from structlog.testing import capture_logs
 
 from paymanager.jobs import JobContext, Registry, admin, enqueue
+from paymanager.jobs import worker as worker_module
 from paymanager.jobs._queries import Q
 from paymanager.jobs.maintenance import Maintenance
 from tests.integration.jobs.conftest import (
@@ -380,6 +382,26 @@ async def test_a_cancel_reaches_a_job_run_in_its_claims_task(
     await admin.cancel_job(pool, job.id)
     await wait_state(pool, job.id, "cancelled")
     await wait_until(lambda: now_true(worker._free["default"] == 2 and not worker._held))
+
+
+# --- a claim that met a lock ------------------------------------------------------------------------
+
+
+async def test_a_claim_that_timed_out_on_a_lock_goes_again_at_once(
+    pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pause after a failed claim is for a failing database; a claim that timed out on a lock
+    # (a migration's, or another claim's in a deadlock) has waited its lock_timeout already. With the
+    # pause made an hour, a second attempt within the test shows there was none.
+    monkeypatch.setattr(worker_module, "CLAIM_RETRY_DELAY_S", 3_600)
+    heard: list[BaseException] = []
+    options = dataclasses.replace(QUIET, claim_lock_timeout_ms=50)
+    await start_worker(counting_registry([]), options=options, on_error=lambda where, exc: heard.append(exc))
+    async with pool.acquire() as locker, locker.transaction():
+        await locker.execute("LOCK TABLE job IN ACCESS EXCLUSIVE MODE")
+        await pool.execute("SELECT pg_notify('pm_job_available', 'default')")
+        await wait_until(lambda: now_true(len(heard) >= 2))
+    assert all(isinstance(exc, asyncpg.LockNotAvailableError) for exc in heard), heard
 
 
 # --- synchronous_commit is the claim's transaction's only ------------------------------------------
