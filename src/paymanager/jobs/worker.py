@@ -444,18 +444,21 @@ class Worker:
             if not isinstance(exc, LOCK_ERRORS):
                 self._limited.block(queue, int(CLAIM_RETRY_DELAY_S * 1000))
             return
-        if batch:
-            await self._completer.settled(batch, claim.completed)
         got = len(claim.jobs)
         self._free[queue] += wanted - got
+        for job in claim.jobs:
+            self._executor.start(*self._hold(job))
+        if batch:
+            # After the starts, as in `_claim`: settling may wait (events sent to Redis). Before the
+            # decision below: settling marks the completed jobs' capped queues as having a free
+            # slot, which this claim has just taken.
+            await self._completer.settled(batch, claim.completed)
         if claim.retry_after_ms is not None:
             # The window is spent (or a pause runs): sleep until it opens, no claim meanwhile.
             self._limited.block(queue, claim.retry_after_ms)
         elif got < wanted and self._notified[queue] == seen:
             # No more jobs, or the queue's global concurrency is reached: a NOTIFY wakes it.
             self._maybe_work[queue] = False
-        for job in claim.jobs:
-            self._executor.start(*self._hold(job))
         self._wake.set()
 
     def _give_back(self, conn: PinnedConnection | Listener) -> None:

@@ -119,6 +119,15 @@ async def listening(database_url: str) -> tuple[asyncpg.Connection, asyncio.Queu
     return conn, heard
 
 
+async def heard_until_marker(pool: asyncpg.Pool, heard: asyncio.Queue[str]) -> list[str]:
+    """What the listener heard before a marker NOTIFY sent now: all that came before it."""
+    await pool.execute(f"NOTIFY {CHANNEL_AVAILABLE}, 'marker'")
+    got: list[str] = []
+    while (payload := await asyncio.wait_for(heard.get(), 10)) != "marker":
+        got.append(payload)
+    return got
+
+
 @pytest.mark.parametrize("statement", COMPLETING_STATEMENTS)
 async def test_a_completion_of_a_globally_limited_queue_wakes_its_workers_with_its_commit(
     pool: asyncpg.Pool, database_url: str, statement: str
@@ -132,11 +141,7 @@ async def test_a_completion_of_a_globally_limited_queue_wakes_its_workers_with_i
     try:
         for rows, woken in ((plain, []), (capped, [QUEUE])):
             assert len(await complete_by(pool, statement, rows, notify=False)) == 2
-            # A marker NOTIFY after the statement: whatever it sent arrives before it.
-            await pool.execute(f"NOTIFY {CHANNEL_AVAILABLE}, 'marker'")
-            got: list[str] = []
-            while (payload := await asyncio.wait_for(heard.get(), 10)) != "marker":
-                got.append(payload)
+            got = await heard_until_marker(pool, heard)
             # One wake per statement for the queue with a global concurrency; none for a plain one.
             assert got == woken, (statement, got)
     finally:
@@ -239,15 +244,6 @@ async def test_a_limited_claim_writes_its_completions_first_and_takes_the_slots_
     assert int(await pool.fetchval(RUNNING, QUEUE)) == 1
 
 
-async def heard_until_marker(pool: asyncpg.Pool, heard: asyncio.Queue[str]) -> list[str]:
-    """What the listener heard before a marker NOTIFY sent now: all that came before it."""
-    await pool.execute(f"NOTIFY {CHANNEL_AVAILABLE}, 'marker'")
-    got: list[str] = []
-    while (payload := await asyncio.wait_for(heard.get(), 10)) != "marker":
-        got.append(payload)
-    return got
-
-
 async def test_a_limited_claim_wakes_the_other_workers_only_for_a_slot_it_left_free(
     pool: asyncpg.Pool, database_url: str
 ) -> None:
@@ -299,3 +295,39 @@ async def test_a_worker_writes_a_globally_limited_queues_completions_with_its_ne
     # The claims that took the freed slots wrote the completions that freed them.
     assert sum(carried) > 0, carried
     assert int(await pool.fetchval("SELECT sum(attempt) FROM job")) == len(jobs)
+
+
+async def test_a_limited_claim_starts_its_jobs_before_it_settles_the_completions_it_wrote(
+    pool: asyncpg.Pool, start_worker: StartWorker
+) -> None:
+    # Settling may wait (events published to Redis): the jobs the claim got must not wait with it.
+    await set_global_concurrency(pool, QUEUE, 2)
+    started: list[int] = []
+    registry = Registry()
+    registry.register("partner_call", lambda ctx: started.append(ctx.id), queue=QUEUE)
+    worker = await start_worker(registry, {QUEUE: 5})
+    claimed_last: list[int] = []
+    started_while_settling: list[bool] = []
+    claim, settled = worker.limited_queues.claim, worker._completer.settled
+
+    async def recording_claim(*args: Any, **kwargs: Any) -> Any:
+        got = await claim(*args, **kwargs)
+        claimed_last[:] = [job.id for job in got.jobs]
+        return got
+
+    async def slow_settled(*args: Any) -> None:
+        mine = list(claimed_last)
+        await asyncio.sleep(0.01)
+        started_while_settling.append(all(job_id in started for job_id in mine))
+        await settled(*args)
+
+    worker.limited_queues.claim = recording_claim  # type: ignore[method-assign]
+    worker._completer.settled = slow_settled  # type: ignore[method-assign]
+    jobs = await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE) for _ in range(20)])
+
+    async def all_done() -> bool:
+        return int(await pool.fetchval("SELECT count(*) FROM job WHERE state = 'completed'")) == len(jobs)
+
+    await wait_until(all_done)
+    assert started_while_settling, "the limited claims carried completions"
+    assert all(started_while_settling), started_while_settling
