@@ -223,6 +223,23 @@ async def test_a_limited_claim_counts_only_its_own_queues_running_jobs(pool: asy
     assert read < busy // 10, read
 
 
+async def test_a_limited_claim_updates_the_jobs_it_picked_by_primary_key(pool: asyncpg.Pool) -> None:
+    # The function's statements run on generic plans, which do not know how many jobs a claim
+    # wants: with the table's statistics, the planner may join the picked jobs to the whole
+    # primary key in id order, reading every older job (finished ones included) on each claim.
+    await set_global_concurrency(pool, QUEUE, 3)
+    older = 2_000
+    await enqueue_many(pool, [NewJob("plain_call", {"i": i}, queue="plain") for i in range(older)])
+    await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE)])
+    await pool.execute("ANALYZE job")
+    claim = "SELECT claimed FROM job_claim_limited($1, $2, 'test', 60000, false)"
+    async with pool.acquire() as conn, conn.transaction():
+        before = int(await conn.fetchval(INDEX_ENTRIES_READ))
+        assert [r["claimed"] for r in await conn.fetch(claim, QUEUE, 1)] == [True]
+        read = int(await conn.fetchval(INDEX_ENTRIES_READ)) - before
+    assert read < older // 100, read
+
+
 LIMITED_CLAIM = "SELECT * FROM job_claim_limited($1, $2, 't', 60000, false, $3, $4, NULL, false, $5)"
 
 
