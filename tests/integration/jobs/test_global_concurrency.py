@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from paymanager.jobs import JobContext, NewJob, Registry, enqueue_many, set_global_concurrency
+from paymanager.jobs import JobContext, NewJob, Registry, enqueue_many, set_global_concurrency, set_rate_limit
 from paymanager.jobs import _limits as limits_module
 from paymanager.jobs._queries import CHANNEL_AVAILABLE, Q
 from paymanager.jobs.admin import list_queues
@@ -284,6 +284,26 @@ async def test_a_limited_claim_wakes_the_other_workers_only_for_a_slot_it_left_f
         rows = await pool.fetch(LIMITED_CLAIM, QUEUE, 5, [other["id"]], [other["lease_token"]], False)
         assert [(r["claimed"], r["id"]) for r in rows] == [(False, other["id"])]
         assert await heard_until_marker(pool, heard) == ["capped.other"]
+    finally:
+        await listener.close()
+
+
+async def test_a_limited_claim_sends_no_wake_while_its_queues_rate_window_is_spent(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    # A slot freed while the window is spent can be taken by no process before the window opens:
+    # waking the others would send each to find the window spent.
+    await set_global_concurrency(pool, QUEUE, 2)
+    await set_rate_limit(pool, QUEUE, max_jobs=1, window_ms=3_600_000)
+    await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE) for _ in range(2)])
+    [held] = [r for r in await pool.fetch(LIMITED_CLAIM, QUEUE, 2, [], [], False) if r["claimed"]]
+    listener, heard = await listening(database_url)
+    try:
+        rows = await pool.fetch(LIMITED_CLAIM, QUEUE, 2, [held["id"]], [held["lease_token"]], False)
+        assert [r["id"] for r in rows if not r["claimed"] and r["retry_after_ms"] is None] == [held["id"]]
+        assert not any(r["claimed"] for r in rows)
+        assert any(r["retry_after_ms"] is not None for r in rows)
+        assert await heard_until_marker(pool, heard) == []
     finally:
         await listener.close()
 

@@ -3,7 +3,9 @@
 -- from the table's statistics the planner guessed a tenth of the table and joined the picked jobs to
 -- the whole primary key in id order (a merge join), so each claim read every job older than the
 -- ones it took, finished ones included, and got slower as the table grew. `id = ANY (ARRAY(...))`
--- leaves the planner nothing to join, as job_claim_batch does (jobs.sql). The rest is 0617's body.
+-- leaves the planner nothing to join, as job_claim_batch does (jobs.sql). A queue with both limits
+-- whose rate window is spent no longer counts its running jobs: nothing can start before the window
+-- opens, here or elsewhere, so no slot is worth a wake either. The rest is 0617's body.
 CREATE OR REPLACE FUNCTION job_claim_limited(p_queue text, p_wanted integer, p_owner text, p_lease_ms bigint,
                                   p_quick boolean, p_ids bigint[] DEFAULT '{}',
                                   p_tokens uuid[] DEFAULT '{}', p_results jsonb[] DEFAULT NULL,
@@ -94,7 +96,8 @@ BEGIN
         END IF;
         allowed := least(allowed, q.rate_max - started);
     END IF;
-    IF q.concurrency_max IS NOT NULL THEN
+    -- A spent rate window starts nothing: no count, and so no wake below (running stays NULL).
+    IF q.concurrency_max IS NOT NULL AND allowed > 0 THEN
         SELECT count(*) INTO running
           FROM (SELECT 1 FROM job AS j WHERE j.state = 'running' AND j.queue = p_queue
                  LIMIT q.concurrency_max) AS r;
