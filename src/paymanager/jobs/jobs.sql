@@ -552,7 +552,7 @@ WITH candidate AS (
      ORDER BY coalesce(unique_key, id::text), id DESC
 ), replayed AS (
     -- A parent waits for its unfinished children, and for children replayed with it (which the
-    -- job_child_revived trigger counts in as the statement ends; pending_children counts the others).
+    -- job_child_moved trigger counts in as the statement ends; pending_children counts the others).
     UPDATE job
        SET state = CASE WHEN EXISTS (SELECT 1 FROM job AS c WHERE c.parent_id = job.id
                                        AND (c.state NOT IN ('completed', 'dead', 'cancelled')

@@ -100,6 +100,19 @@ async def test_dead_child_is_ignored_when_the_flow_says_so(
     assert saw == [{ok: 10, failed: None}]
 
 
+async def test_the_flow_trigger_asks_the_updates_of_other_jobs_for_their_parent_alone(
+    conn: asyncpg.Connection,
+) -> None:
+    # PostgreSQL compiles a row trigger's WHEN clause again for every UPDATE statement of the table:
+    # state tests there were paid by every claim and completion, of flow children or not.
+    rows = await conn.fetch(
+        "SELECT tgname, pg_get_triggerdef(oid) AS definition FROM pg_trigger"
+        " WHERE tgrelid = 'job'::regclass AND NOT tgisinternal"
+    )
+    assert [r["tgname"] for r in rows] == ["job_child_moved"]
+    assert "WHEN ((new.parent_id IS NOT NULL))" in rows[0]["definition"], rows[0]["definition"]
+
+
 async def test_a_flow_refused_half_way_leaves_no_parent_waiting_forever(pool: asyncpg.Pool) -> None:
     """enqueue_flow outside a transaction (on the pool, as `enqueue` allows) must not commit the parent
     and each child separately: a QueueFullError on the third child would leave the parent in
@@ -116,7 +129,7 @@ async def test_a_flow_refused_half_way_leaves_no_parent_waiting_forever(pool: as
 async def test_retrying_a_cancelled_child_does_not_release_the_parent_before_its_siblings(
     pool: asyncpg.Pool,
 ) -> None:
-    """`job_child_finished` decrements the parent for a child's move into a terminal state. A child
+    """`job_child_moved` decrements the parent for a child's move into a terminal state. A child
     cancelled (or dead, with on_child_dead='ignore') was counted once; retried, it runs and completes
     and must not be counted again, which would make the parent available while a sibling has not run."""
     parent, a, b = await flow(pool, "ignore")
@@ -176,7 +189,7 @@ async def test_replaying_a_dead_flow_parent_waits_again_for_its_unfinished_child
 async def test_replaying_a_dead_flow_with_its_dead_child_waits_for_the_child(pool: asyncpg.Pool) -> None:
     """`replay_dead` with no filter (the usual "replay everything after the outage") revives the parent
     and its dead child in ONE statement. The parent must wait for the child: counting the child as
-    still dead would make the parent `available` with pending_children 0, and job_child_revived would
+    still dead would make the parent `available` with pending_children 0, and job_child_moved would
     then find it not waiting: the parent would run before (and without the result of) its child."""
     async with pool.acquire() as conn, conn.transaction():
         parent, (child,) = await enqueue_flow(
