@@ -20,7 +20,6 @@ import re
 import statistics
 import time
 import uuid
-from importlib import resources
 from typing import Any
 
 import asyncpg
@@ -36,11 +35,11 @@ BLOCKS = 4
 
 def before_function(version: str) -> str:
     """The CREATE FUNCTION of job_claim_limited in migration `version`, renamed to stand beside."""
-    [name] = [
-        f for f in resources.files(migrations.MIGRATIONS_PACKAGE).iterdir() if f.name.startswith(version)
-    ]
-    sql = name.read_text()
-    body = sql[re.search(r"CREATE (OR REPLACE )?FUNCTION job_claim_limited\(", sql).start() :]  # type: ignore[union-attr]
+    [migration] = [m for m in migrations.available_migrations() if m.file_name.startswith(version)]
+    found = re.search(r"CREATE (OR REPLACE )?FUNCTION job_claim_limited\(", migration.sql)
+    if found is None:
+        raise SystemExit(f"migration {migration.file_name} defines no job_claim_limited")
+    body = migration.sql[found.start() :]
     return re.sub(r"FUNCTION job_claim_limited\(", "FUNCTION job_claim_limited_before(", body, count=1)
 
 
