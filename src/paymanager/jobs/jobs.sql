@@ -152,7 +152,9 @@ SELECT i.id FROM inserted AS i WHERE (SELECT count(*) FROM woken) >= 0 AND (SELE
 -- commit; rarely two claims each hold what the other's completions wait for, a deadlock the claim
 -- sessions' lock_timeout breaks (one claim fails and is retried; nothing is lost). Completing first
 -- was slower (docs/BENCHMARKS.md, "Limited claims that complete"): the later a scan starts after
--- its snapshot, the more such rows it meets.
+-- its snapshot, the more such rows it meets. So was taking the completed rows FOR NO KEY UPDATE SKIP
+-- LOCKED and deferring the held ones to a later write (docs/BENCHMARKS.md, "Completions that skip
+-- held rows"): a row lock per completed job costs CPU on full cores, a wait costs none.
 WITH done AS (
     UPDATE job
        SET state = 'completed', finalized_at = now(), result = r.result,
