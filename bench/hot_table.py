@@ -22,13 +22,14 @@ default), which the sketch does not have. Printed per run: jobs/s, the backends'
 /proc) and this process's; at the end the share of HOT updates of each table and the medians.
 
 `--realistic` brings the sketch closer: its job row is today's (`LIKE job`: the same columns,
-domains and CHECK constraints) and each completion also records the job in `jb_done` (queue,
+domains and CHECK constraints, and the parent link's foreign key), its claim tests the queue's row
+as today's does (paused, limits), and each completion also records the job in `jb_done` (queue,
 finalized_at, id; indexed), what retention would read instead of today's index of finished jobs.
 
 What the sketch still leaves out, so the figure is an upper bound of the saving and not a design:
-the parent link's foreign key and the flow triggers, the queue row's test in the claim (paused,
-limits), scheduled and retrying jobs (another side table, as `jb_ready`), the unique key (a partial
-unique index on `state` blocks HOT; it would need its own table) and the admin's lookups by state.
+the flow triggers, scheduled and retrying jobs (another side table, as `jb_ready`), the unique key (a
+partial unique index on `state` blocks HOT; it would need its own table) and the admin's lookups by
+state.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ REALISTIC_JOB = """
 CREATE TABLE jb (LIKE job INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY)
   WITH (fillfactor = {fillfactor});
 ALTER TABLE jb ADD PRIMARY KEY (id);
+ALTER TABLE jb ADD FOREIGN KEY (parent_id) REFERENCES jb (id) ON DELETE SET NULL;
 """
 HOT_SCHEMA = """
 {jb}
@@ -90,7 +92,13 @@ WITH done AS (
     DELETE FROM jb_lease WHERE id = ANY (ARRAY(SELECT d.id FROM done AS d))
 ), picked AS (
     DELETE FROM jb_ready WHERE ctid = ANY (ARRAY(
-        SELECT ctid FROM jb_ready WHERE queue = $1 ORDER BY priority, run_at, id LIMIT $2
+        SELECT ctid FROM jb_ready
+         WHERE queue = $1
+           -- today's claim's test of the queue's row (`--realistic`)
+           AND NOT ($5::boolean AND EXISTS (
+                SELECT 1 FROM job_queue AS q WHERE q.name = $1 AND (q.paused OR q.rate_max IS NOT NULL
+                       OR q.concurrency_max IS NOT NULL OR q.rate_paused_until > now())))
+         ORDER BY priority, run_at, id LIMIT $2
            FOR UPDATE SKIP LOCKED))
     RETURNING id
 ), claimed AS (
@@ -186,7 +194,9 @@ async def run(jobs: int, rounds: int, fillfactor: int, events: bool, realistic: 
         print(
             f"# {jobs} jobs, {rounds} rounds, hot fillfactor {fillfactor}, today's events",
             "on" if events else "off",
-            "; the sketch's job row as today's, completions recorded for retention" if realistic else "",
+            "; the sketch's job row and queue test as today's, completions recorded for retention"
+            if realistic
+            else "",
         )
         figures: dict[str, list[tuple[float, float, float]]] = {"today": [], "hot": []}
         for r in range(rounds):
