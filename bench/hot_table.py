@@ -36,19 +36,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import time
-import uuid
 from typing import Any
 
 import asyncpg
 
-from paymanager.db import migrations
+import jobs as jobs_bench  # bench/jobs.py, beside this file
+from machine_cpu import process_cpu_s  # bench/machine_cpu.py, beside this file
 from paymanager.db.pool import init_connection
 from paymanager.jobs._queries import Q
 
-SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 BATCH, PIPELINE = 100, 2
 
 SKETCH_JOB = """
@@ -118,32 +116,21 @@ SELECT false, d.id, NULL FROM done AS d
 
 
 def backend_cpu_s(pids: list[int]) -> float:
-    ticks = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return sum(process_cpu_s(pid) for pid in pids)
 
 
 async def fill(conn: asyncpg.Connection, side: str, jobs: int) -> None:
-    if side == "today":
-        await conn.execute("TRUNCATE job")
-        await conn.execute(
-            "INSERT INTO job (queue, kind, payload, state)"
-            " SELECT 'bench', 'noop', '{}', 'available' FROM generate_series(1, $1)",
-            jobs,
-        )
-        await conn.execute("VACUUM ANALYZE job")
-    else:
-        await conn.execute("TRUNCATE jb, jb_ready, jb_lease, jb_done")
-        await conn.execute(
-            "INSERT INTO jb (queue, kind, payload, state)"
-            " SELECT 'bench', 'noop', '{}', 'available' FROM generate_series(1, $1)",
-            jobs,
-        )
+    """`jobs` available no-op jobs in the side's tables, and nothing else."""
+    table, others = ("job", "") if side == "today" else ("jb", ", jb_ready, jb_lease, jb_done")
+    await conn.execute(f"TRUNCATE {table}{others}")
+    await conn.execute(
+        f"INSERT INTO {table} (queue, kind, payload, state)"
+        " SELECT 'bench', 'noop', '{}', 'available' FROM generate_series(1, $1)",
+        jobs,
+    )
+    if side == "hot":
         await conn.execute("INSERT INTO jb_ready SELECT queue, priority, run_at, id FROM jb")
-        await conn.execute("VACUUM ANALYZE jb, jb_ready, jb_lease, jb_done")
+    await conn.execute(f"VACUUM ANALYZE {table}{others}")
     await conn.execute("CHECKPOINT")
 
 
@@ -181,14 +168,10 @@ async def drain(dsn: str, side: str, jobs: int, events: bool, realistic: bool) -
 
 
 async def run(jobs: int, rounds: int, fillfactor: int, events: bool, realistic: bool) -> None:
-    name = f"pmbench_hot_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(SERVER)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = SERVER.rsplit("/", 1)[0] + "/" + name
+    dsn = await jobs_bench.create_database("ours")  # migrated
     try:
         conn = await asyncpg.connect(dsn)
         await init_connection(conn)
-        await migrations.migrate(conn)
         job = (REALISTIC_JOB if realistic else SKETCH_JOB).format(fillfactor=fillfactor)
         await conn.execute(HOT_SCHEMA.format(jb=job))
         print(
@@ -223,8 +206,7 @@ async def run(jobs: int, rounds: int, fillfactor: int, events: bool, realistic: 
         )
         await conn.close()
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        await jobs_bench.drop_database(dsn)
 
 
 def main() -> None:
