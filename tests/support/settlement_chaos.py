@@ -90,16 +90,72 @@ async def wait_settled(pool: asyncpg.Pool, at_least: int, timeout_s: float) -> i
     return settled
 
 
+def owner_of(process: PaymanagerProcess) -> str:
+    """The lease owner (and process id) a paymanager process runs under."""
+    return f"{socket.gethostname()}.{process.proc.pid}"
+
+
+async def held_by(pool: asyncpg.Pool, process: PaymanagerProcess) -> int:
+    """How many running jobs `process` holds under its lease."""
+    return int(
+        await pool.fetchval(
+            "SELECT count(*) FROM job WHERE state = 'running' AND lease_owner = $1", owner_of(process)
+        )
+    )
+
+
+async def wait_backends_gone(pool: asyncpg.Pool, process: PaymanagerProcess, timeout_s: float) -> None:
+    """Wait until the server has ended every session of a killed `process`: a COMMIT it sent just
+    before it died still commits, so what it held is only known once its sessions are gone."""
+    deadline = time.monotonic() + timeout_s
+    name = f"paymanager:{owner_of(process)}"
+    while await pool.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", name):
+        assert time.monotonic() < deadline, f"the sessions of {name} outlived it by {timeout_s} s"
+        await asyncio.sleep(HOLDING_POLL_INTERVAL_S)
+
+
 async def wait_holding(pool: asyncpg.Pool, process: PaymanagerProcess, timeout_s: float) -> bool:
     """Whether `process` was seen holding running jobs within `timeout_s` (settlement is fast
     enough that a kill at a random moment can find a worker between claims)."""
-    owner = f"{socket.gethostname()}.{process.proc.pid}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        held = await pool.fetchval(
-            "SELECT count(*) FROM job WHERE state = 'running' AND lease_owner = $1", owner
-        )
-        if held:
+        if await held_by(pool, process):
             return True
         await asyncio.sleep(HOLDING_POLL_INTERVAL_S)
     return False
+
+
+async def kill_holding(
+    pool: asyncpg.Pool,
+    env: dict[str, str],
+    victims: list[PaymanagerProcess],
+    timeout_s: float,
+    tries: int = 5,
+) -> int:
+    """SIGKILL a worker while it holds running jobs; returns how many it died holding (they keep
+    its leases until those expire). A worker seen holding jobs can finish them between the look and
+    the kill, and then its death interrupts nothing: another worker is started and killed the same
+    way, up to `tries` times. Every worker started is appended to `victims` for the caller to close."""
+    for _ in range(tries):
+        victim = PaymanagerProcess(env)
+        victims.append(victim)
+        assert await wait_holding(pool, victim, timeout_s), victim.output[-3000:]
+        victim.kill()
+        await wait_backends_gone(pool, victim, timeout_s=30)
+        held = await held_by(pool, victim)
+        if held:
+            return held
+    raise AssertionError(f"none of {tries} workers died holding a job")
+
+
+async def wait_rescued(pool: asyncpg.Pool, victims: list[PaymanagerProcess], timeout_s: float) -> None:
+    """Wait until the rescuer took back every job the killed `victims` died holding (after their
+    leases expired). Their intents may be final already, settled by the sweep's jobs for them: the
+    rescued jobs then find them final and complete without moving money again."""
+    owners = [owner_of(victim) for victim in victims]
+    deadline = time.monotonic() + timeout_s
+    while await pool.fetchval(
+        "SELECT count(*) FROM job WHERE state = 'running' AND lease_owner = ANY($1)", owners
+    ):
+        assert time.monotonic() < deadline, f"jobs of {owners} still running after {timeout_s} s"
+        await asyncio.sleep(POLL_INTERVAL_S)

@@ -13,8 +13,9 @@ from tests.support.processes import PaymanagerProcess, paymanager_env
 from tests.support.settlement_chaos import (
     AMOUNT,
     confirm_p2p_intents,
+    kill_holding,
     seed_parties,
-    wait_holding,
+    wait_rescued,
     wait_settled,
 )
 
@@ -38,17 +39,18 @@ async def test_killed_worker_does_not_make_any_intent_settle_twice(
         database_url, WORKER_ROLES="outbox-worker", JOB_LEASE_MS="2000", JOB_HEARTBEAT_INTERVAL_MS="500",
         JOB_RESCUE_INTERVAL_MS="500", DB_POOL_MAX_SIZE="6", OUTBOX_BATCH_SIZE="50", OUTBOX_CONCURRENCY="20",
     )  # fmt: skip
-    victim, survivor = PaymanagerProcess(env), PaymanagerProcess(env)
+    survivor, victims = PaymanagerProcess(env), []
     try:
-        assert await wait_settled(pool, INTENTS // 4, timeout_s=60) >= INTENTS // 4, victim.output
-        # SIGKILL while the victim holds running jobs (settlement is fast enough that a kill at a
+        assert await wait_settled(pool, INTENTS // 4, timeout_s=60) >= INTENTS // 4, survivor.output
+        # SIGKILL a worker while it holds running jobs (settlement is fast enough that a kill at a
         # random moment can find it between groups): they keep their leases until they expire.
-        assert await wait_holding(pool, victim, timeout_s=60), victim.output
-        victim.kill()
+        assert await kill_holding(pool, env, victims, timeout_s=60) > 0
         settled = await wait_settled(pool, INTENTS, timeout_s=120)
         assert settled == INTENTS, survivor.output[-3000:]
+        await wait_rescued(pool, victims, timeout_s=60)
     finally:
-        victim.close()
+        for victim in victims:
+            victim.close()
         assert survivor.terminate() == 0
         survivor.close()
     posted = await pool.fetchval(

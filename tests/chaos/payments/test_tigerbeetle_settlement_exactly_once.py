@@ -16,8 +16,9 @@ from tests.support.processes import PaymanagerProcess, paymanager_env
 from tests.support.settlement_chaos import (
     AMOUNT,
     confirm_p2p_intents,
+    kill_holding,
     seed_parties,
-    wait_holding,
+    wait_rescued,
     wait_settled,
 )
 
@@ -45,14 +46,15 @@ async def test_killed_worker_settles_every_intent_once_on_tigerbeetle(
         JOB_RESCUE_INTERVAL_MS="500", DB_POOL_MAX_SIZE="6", OUTBOX_BATCH_SIZE="50", OUTBOX_CONCURRENCY="20",
         LEDGER_BACKEND="tigerbeetle", TB_ADDRESS=tigerbeetle_address,
     )  # fmt: skip
-    victim, survivor = PaymanagerProcess(env), PaymanagerProcess(env)
+    survivor, victims = PaymanagerProcess(env), []
     try:
-        assert await wait_holding(pool, victim, timeout_s=120), victim.output[-3000:]
-        victim.kill()
+        assert await kill_holding(pool, env, victims, timeout_s=120) > 0
         settled = await wait_settled(pool, INTENTS, timeout_s=180)
         assert settled == INTENTS, survivor.output[-3000:]
+        await wait_rescued(pool, victims, timeout_s=60)
     finally:
-        victim.close()
+        for victim in victims:
+            victim.close()
         assert survivor.terminate() == 0
         survivor.close()
     rows = await pool.fetch(
