@@ -693,16 +693,17 @@ async def queue_is_full(db: Executor, *, queue: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class InsertManyParams:
-    """Many jobs to insert (job_insert_many), one list per column, in the jobs' order."""
+    """Many jobs to insert (job_insert_many), one list per column, in the jobs' order; `payloads`
+    is their JSON array as text, and a column NULL for every job may be None."""
 
     queues: Sequence[str]
     kinds: Sequence[str]
-    payloads: Sequence[JsonObject]
+    payloads: str
     priorities: Sequence[int]
-    run_ats: Sequence[datetime | None]
-    max_attempts: Sequence[int | None]
-    backoffs: Sequence[JsonObject | None]
-    timeouts_ms: Sequence[int | None]
+    run_ats: Sequence[datetime | None] | None
+    max_attempts: Sequence[int | None] | None
+    backoffs: Sequence[JsonObject | None] | None
+    timeouts_ms: Sequence[int | None] | None
 
 
 async def insert_many(db: Executor, params: InsertManyParams) -> list[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import asyncpg
 import orjson
@@ -37,6 +37,8 @@ DEDUP_TTL_MS_MAX = 366 * 86_400_000
 DEDUP_TRIES = 3
 # One multi-row statement carries at most this many jobs; enqueue_many splits larger inputs.
 INSERT_MANY_CHUNK = 5_000
+
+T = TypeVar("T")
 FLOW_CHILDREN_MAX = 1_000
 
 ChildPolicy = Literal["fail", "ignore", "continue"]
@@ -114,8 +116,9 @@ def validate_job(
     max_attempts: int | None,
     timeout_ms: int | None,
     max_payload_bytes: int,
-) -> None:
-    """The schema's CHECKs, in code, so a bad job fails with a message before any round trip."""
+) -> bytes:
+    """The schema's CHECKs, in code, so a bad job fails with a message before any round trip;
+    returns the payload's JSON (its size is what the limit counts)."""
     if not NAME_PATTERN.match(kind):
         raise InvalidJobError(f"job kind {kind!r} must match {NAME_PATTERN.pattern}")
     if not QUEUE_PATTERN.match(queue):
@@ -128,9 +131,10 @@ def validate_job(
         raise InvalidJobError(f"max_attempts must be within [1, {ATTEMPTS_MAX}], got {max_attempts}")
     if timeout_ms is not None and not 1 <= timeout_ms <= TIMEOUT_MS_MAX:
         raise InvalidJobError(f"timeout_ms must be within [1, {TIMEOUT_MS_MAX}], got {timeout_ms}")
-    size = len(orjson.dumps(payload))
-    if size > max_payload_bytes:
-        raise PayloadTooLargeError(size, max_payload_bytes)
+    encoded = orjson.dumps(payload)
+    if len(encoded) > max_payload_bytes:
+        raise PayloadTooLargeError(len(encoded), max_payload_bytes)
+    return encoded
 
 
 async def enqueue(
@@ -305,24 +309,31 @@ async def enqueue_many(
     ids: list[int] = []
     for start in range(0, len(jobs), INSERT_MANY_CHUNK):
         chunk = jobs[start : start + INSERT_MANY_CHUNK]
-        payloads = [payload_json(j.payload) for j in chunk]
-        for job, payload in zip(chunk, payloads, strict=True):
+        encoded = [
             validate_job(
-                job.kind, job.queue, payload, job.priority, job.max_attempts, job.timeout_ms,
-                max_payload_bytes,
-            )  # fmt: skip
+                job.kind, job.queue, payload_json(job.payload), job.priority, job.max_attempts,
+                job.timeout_ms, max_payload_bytes,
+            )
+            for job in chunk
+        ]  # fmt: skip
         params = store.InsertManyParams(
             queues=[j.queue for j in chunk],
             kinds=[j.kind for j in chunk],
-            payloads=payloads,
+            payloads=(b"[" + b",".join(encoded) + b"]").decode(),
             priorities=[j.priority for j in chunk],
-            run_ats=[j.run_at for j in chunk],
-            max_attempts=[j.max_attempts for j in chunk],
-            backoffs=[j.backoff.to_json() if j.backoff is not None else None for j in chunk],
-            timeouts_ms=[j.timeout_ms for j in chunk],
+            run_ats=_unless_all_none([j.run_at for j in chunk]),
+            max_attempts=_unless_all_none([j.max_attempts for j in chunk]),
+            backoffs=_unless_all_none([None if j.backoff is None else j.backoff.to_json() for j in chunk]),
+            timeouts_ms=_unless_all_none([j.timeout_ms for j in chunk]),
         )
         ids.extend(await store.insert_many(conn, params))
     return ids
+
+
+def _unless_all_none(column: list[T | None]) -> list[T | None] | None:
+    """A column as job_insert_many takes it: None when no job sets it (the statement reads a NULL
+    array as NULL for every job, and the driver then encodes nothing)."""
+    return None if all(value is None for value in column) else column
 
 
 async def enqueue_flow(

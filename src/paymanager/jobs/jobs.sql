@@ -106,13 +106,20 @@ SELECT EXISTS (
 -- Inserts many jobs in one statement (no unique keys, no parents: those go through job_insert),
 -- and wakes each queue that got an available job once. Ids come back in input order. A queue with
 -- waiting_events gets a `waiting` event per available job (chunks of 25, as the completions').
+-- The payloads come as ONE JSON array in text ($3), and a column NULL for every job as a NULL
+-- array ($5-$8: ROWS FROM pads a function that returns no rows with NULLs): the driver's encoding
+-- of an array costs several type checks per element and a call of the JSON codec per payload,
+-- the largest part of the client's time per job (docs/BENCHMARKS.md, "Bulk enqueue: the payloads
+-- as one JSON array"). ROWS FROM zips the functions' rows in input order, so the jobs are
+-- inserted, and their ids returned, in that order.
 WITH inserted AS (
     INSERT INTO job (queue, kind, payload, priority, run_at, max_attempts, backoff, timeout_ms, state)
     SELECT r.queue, r.kind, r.payload, r.priority, coalesce(r.run_at, now()), r.max_attempts, r.backoff,
            r.timeout_ms,
            CASE WHEN r.run_at > now() THEN 'scheduled'::job_state ELSE 'available'::job_state END
-      FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::integer[], $5::timestamptz[], $6::integer[],
-                  $7::jsonb[], $8::integer[])
+      FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), jsonb_array_elements($3::text::jsonb),
+                      unnest($4::integer[]), unnest($5::timestamptz[]), unnest($6::integer[]),
+                      unnest($7::jsonb[]), unnest($8::integer[]))
            AS r(queue, kind, payload, priority, run_at, max_attempts, backoff, timeout_ms)
     RETURNING id, queue, kind, state
 ), woken AS (

@@ -93,3 +93,40 @@ async def test_enqueue_many_writes_all_jobs_in_order(conn: asyncpg.Connection) -
     assert len(ids) == 1200
     rows = await conn.fetch("SELECT payload FROM job WHERE id = ANY($1) ORDER BY id", ids)
     assert [r["payload"]["i"] for r in rows] == list(range(1200))
+
+
+async def test_enqueue_many_keeps_each_jobs_own_columns(conn: asyncpg.Connection) -> None:
+    # The payloads travel as one JSON array and a column no job sets as NULL: each job must still
+    # get its own values, in input order, whichever columns the others set.
+    later = datetime.now(UTC) + timedelta(hours=1)
+    jobs = [
+        NewJob("a", {"nested": {"list": [1, "two", None]}, "text": 'é " \\ \u2028'}, queue="q1"),
+        NewJob("b", {}, queue="q2", priority=-3, run_at=later, max_attempts=2, backoff=Fixed(50)),
+        NewJob("c", {"i": 3}, queue="q1", timeout_ms=1500),
+    ]
+    ids = await enqueue_many(conn, jobs)
+    rows = {r["id"]: r for r in await conn.fetch("SELECT * FROM job WHERE id = ANY($1)", ids)}
+    got = [rows[i] for i in ids]
+    assert [r["kind"] for r in got] == ["a", "b", "c"]
+    assert [r["payload"] for r in got] == [job.payload for job in jobs]
+    assert [r["queue"] for r in got] == ["q1", "q2", "q1"]
+    assert [r["priority"] for r in got] == [0, -3, 0]
+    assert [r["state"] for r in got] == ["available", "scheduled", "available"]
+    assert got[1]["run_at"] == later
+    assert [r["max_attempts"] for r in got] == [None, 2, None]
+    assert [r["backoff"] is not None for r in got] == [False, True, False]
+    assert [r["timeout_ms"] for r in got] == [None, None, 1500]
+    # None of the optional columns set, as a bulk caller usually sends: all NULL, all available.
+    plain = await enqueue_many(conn, [NewJob("d", {"i": i}) for i in range(3)])
+    rows = await conn.fetch(
+        "SELECT state, max_attempts, backoff, timeout_ms, payload FROM job WHERE id = ANY($1) ORDER BY id",
+        plain,
+    )
+    assert [tuple(r) for r in rows] == [("available", None, None, None, {"i": i}) for i in range(3)]
+
+
+async def test_enqueue_many_refuses_a_bad_job_before_writing_its_chunk(conn: asyncpg.Connection) -> None:
+    jobs = [NewJob("k", {"i": 1}), NewJob("k", {"i": 2}, priority=5000)]
+    with pytest.raises(InvalidJobError, match="priority"):
+        await enqueue_many(conn, jobs)
+    assert await conn.fetchval("SELECT count(*) FROM job") == 0
