@@ -127,7 +127,8 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
 
 
-async def create_database(engine: str) -> str:
+async def create_database(engine: str, *, install: bool = True) -> str:
+    """A new database for `engine`, with its schema unless `install` is false."""
     name = f"pmbench_{engine}_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(SERVER)
     try:
@@ -135,6 +136,8 @@ async def create_database(engine: str) -> str:
     finally:
         await admin.close()
     dsn = with_database(SERVER, name)
+    if not install:
+        return dsn
     conn = await asyncpg.connect(dsn)
     try:
         if engine == "ours":

@@ -1,4 +1,4 @@
-"""paymanager's worker from two trees (or two settings), alternating round by round on one database.
+"""paymanager's worker from two trees (or two settings), alternating round by round.
 
     .venv/bin/python bench/jobs_ab.py A B [--jobs 50000] [--rounds 8] [--workers 1] [--beside-limited]
 
@@ -6,7 +6,9 @@ A and B are each a source tree (a checkout or `git worktree add /tmp/a REV`) wit
 `BENCH_*` settings after a colon: `/work/main`, `/tmp/a:BENCH_PIPELINE=3`,
 `/work/main:BENCH_NOTIFY_COMPLETED=0`, `/work/main:BENCH_BESIDE_LIMITED=1` (that tree's runs
 serve the limited queues beside, as `--beside-limited` below: against the same tree alone, what they
-cost the plain queue). Each round runs both, which goes first alternating (the second run of a pair
+cost the plain queue). Each tree runs on a database of its own, migrated by that tree's code, so a
+tree whose schema differs (an index dropped) is measured on its own schema. Each round runs both,
+which goes first alternating (the second run of a pair
 was faster in some sittings), each from a freshly bulk-enqueued queue of
 `--jobs` no-op jobs, timed as bench/jobs.py times its processing figure (its worker and drain
 watch, with the tree's package first on PYTHONPATH). The figure is B/A per round and its median:
@@ -23,6 +25,8 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import jobs as jobs_bench  # bench/jobs.py, beside this file
@@ -56,6 +60,30 @@ class Tree:
         os.environ["PYTHONPATH"] = os.path.join(self.path, "src")
 
 
+# Run in a child process on the tree's own code: its migrations, not this checkout's.
+_MIGRATE = """
+import asyncio, sys, asyncpg
+from paymanager.db import migrations
+
+async def main() -> None:
+    conn = await asyncpg.connect(sys.argv[1])
+    try:
+        await migrations.migrate(conn)
+    finally:
+        await conn.close()
+
+asyncio.run(main())
+"""
+
+
+def tree_database(tree: Tree) -> str:
+    """A new database with the schema of `tree`'s own migrations."""
+    dsn = asyncio.run(jobs_bench.create_database("ours", install=False))
+    env = {**os.environ, "PYTHONPATH": os.path.join(tree.path, "src")}
+    subprocess.run([sys.executable, "-c", _MIGRATE, dsn], env=env, check=True)
+    return dsn
+
+
 def one_run(tree: Tree, dsn: str, n: int, workers: int, beside: bool) -> float:
     tree.apply()
     asyncio.run(jobs_bench.reset("ours", dsn))
@@ -77,7 +105,7 @@ def main() -> None:
     parser.add_argument("--beside-limited", action="store_true")
     args = parser.parse_args()
     a, b = Tree.parse(args.a), Tree.parse(args.b)
-    dsn = asyncio.run(jobs_bench.create_database("ours"))
+    dsns = {"a": tree_database(a), "b": tree_database(b)}
     print(
         f"# {args.jobs} jobs, {args.workers} worker process(es), {args.rounds} rounds, "
         f"{'all runs beside limited queues' if args.beside_limited else 'limited queues as a tree says'}; "
@@ -89,11 +117,12 @@ def main() -> None:
         for r in range(args.rounds):
             order = (("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))
             for key, tree in order:
-                rates[key].append(one_run(tree, dsn, args.jobs, args.workers, args.beside_limited))
+                rates[key].append(one_run(tree, dsns[key], args.jobs, args.workers, args.beside_limited))
             x, y = rates["a"][-1], rates["b"][-1]
             print(f"  round {r + 1}: B/A {y:.0f}/{x:.0f} jobs/s ({y / x:.2f}x)", flush=True)
     finally:
-        asyncio.run(jobs_bench.drop_database(dsn))
+        for dsn in dsns.values():
+            asyncio.run(jobs_bench.drop_database(dsn))
     ratios = [y / x for x, y in zip(rates["a"], rates["b"], strict=True)]
     print(
         f"A median {statistics.median(rates['a']):.0f} jobs/s, B median {statistics.median(rates['b']):.0f}; "
