@@ -282,10 +282,34 @@ async def finished_queues(db: Executor) -> list[str]:
     return [row["queue"] for row in await db.fetch(Q["job_finished_queues"])]
 
 
+async def completed_kept_oldest(db: Executor, *, queue: str, keep: int) -> tuple[datetime, int] | None:
+    """The (finish time, id) of the oldest of the newest `keep` (>= 1) completed jobs of `queue`;
+    None when the queue holds fewer."""
+    rows = await db.fetch(Q["job_completed_kept_oldest"], queue, keep)
+    return (rows[0]["finalized_at"], rows[0]["id"]) if rows else None
+
+
+async def prune_completed(
+    db: Executor,
+    *,
+    queue: str,
+    after_id: int,
+    before: tuple[datetime, int] | None,
+    batch_max: int,
+) -> tuple[int, int, int | None]:
+    """Delete up to `batch_max` completed jobs of `queue` with an id above `after_id` that finished
+    before `before` (finish time, id), or all of them when it is None. Returns (deleted, picked,
+    the last id picked): the next batch goes on after that id."""
+    stamp, last = before if before is not None else (None, None)
+    (row,) = await db.fetch(Q["job_prune_completed"], queue, after_id, stamp, last, batch_max)
+    return int(row["deleted"]), int(row["picked"]), row["last_id"]
+
+
 async def prune_older(
     db: Executor, *, queue: str, states: Sequence[JobState], finished_before: datetime, batch_max: int
 ) -> int:
-    """Delete up to `batch_max` jobs of `queue` in `states` finished before `finished_before`."""
+    """Delete up to `batch_max` dead or cancelled jobs of `queue` in `states` finished before
+    `finished_before`."""
     rows = await db.fetch(Q["job_prune_older"], queue, [s.value for s in states], finished_before, batch_max)
     return int(rows[0][0])
 
@@ -293,7 +317,8 @@ async def prune_older(
 async def prune_beyond_count(
     db: Executor, *, queue: str, states: Sequence[JobState], keep: int, batch_max: int
 ) -> int:
-    """Delete up to `batch_max` jobs of `queue` in `states` beyond the newest `keep`."""
+    """Delete up to `batch_max` dead or cancelled jobs of `queue` in `states` beyond the newest
+    `keep`."""
     rows = await db.fetch(Q["job_prune_beyond_count"], queue, [s.value for s in states], keep, batch_max)
     return int(rows[0][0])
 

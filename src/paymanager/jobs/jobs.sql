@@ -450,25 +450,49 @@ SELECT r.id, r.queue, r.kind, r.state, r.attempt, r.last_error,
   FROM rescued AS r
 
 -- name: job_finished_queues
--- The queues that hold finished jobs, by a skip scan over job_finalized_idx.
-WITH RECURSIVE queues AS (
-    (SELECT queue FROM job WHERE state IN ('completed', 'dead', 'cancelled') ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM job j
-             WHERE j.state IN ('completed', 'dead', 'cancelled') AND j.queue > queues.queue
-             ORDER BY j.queue LIMIT 1)
-      FROM queues WHERE queues.queue IS NOT NULL
+-- The queues that hold finished jobs. Completed jobs are not indexed by queue (0115), so this reads
+-- the table once per prune run rather than making every completion write an index entry.
+SELECT DISTINCT queue FROM job WHERE state IN ('completed', 'dead', 'cancelled')
+
+-- name: job_completed_kept_oldest
+-- The oldest of the newest $2 (>= 1) completed jobs of queue $1, by finish time then id: retention
+-- by count deletes the completed jobs before it.
+SELECT finalized_at, id FROM job
+ WHERE queue = $1 AND state = 'completed'
+ ORDER BY finalized_at DESC, id DESC
+OFFSET $2 - 1
+ LIMIT 1
+
+-- name: job_prune_completed
+-- Deletes up to $5 completed jobs of queue $1 with an id above $2 that finished before ($3, $4)
+-- (finish time, id), or all of them when $3 is NULL. The rows are picked in id order along the
+-- primary key, without a lock (as job_prune_older), and the caller goes on after the last one
+-- picked: each batch starts where the last stopped instead of walking the rows it just deleted.
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM job
+     WHERE id > $2 AND queue = $1 AND state = 'completed'
+       AND ($3::timestamptz IS NULL OR (finalized_at, id) < ($3::timestamptz, $4::bigint))
+       AND (parent_id IS NULL OR NOT EXISTS (
+            SELECT 1 FROM job AS p WHERE p.id = job.parent_id
+               AND p.state NOT IN ('completed', 'dead', 'cancelled')))
+     ORDER BY id
+     LIMIT $5
+), deleted AS (
+    DELETE FROM job USING doomed
+     WHERE job.id = doomed.id AND job.state = 'completed' RETURNING 1
 )
-SELECT queue FROM queues WHERE queue IS NOT NULL
+SELECT (SELECT count(*) FROM deleted) AS deleted, (SELECT count(*) FROM doomed) AS picked,
+       (SELECT max(id) FROM doomed) AS last_id
 
 -- name: job_prune_older
--- Deletes up to $4 jobs of queue $1 in states $2 finished before $3. The rows are picked without a
--- lock, as job_prune_beyond_count picks them: a row lock is a WAL record of its own for each pruned
--- job, and the DELETE re-checks the state of a row changed meanwhile (an admin's retry) anyway.
+-- Deletes up to $4 dead or cancelled jobs of queue $1 in states $2 finished before $3
+-- (job_failed_idx). The rows are picked without a lock: a row lock is a WAL record of its own for
+-- each pruned job, and the DELETE re-checks the state of a row changed meanwhile (an admin's
+-- retry) anyway.
 WITH doomed AS MATERIALIZED (
     SELECT id FROM job
      WHERE queue = $1 AND state = ANY($2::job_state[]) AND finalized_at < $3
-       AND state IN ('completed', 'dead', 'cancelled')
+       AND state IN ('dead', 'cancelled')
        AND (parent_id IS NULL OR NOT EXISTS (
             SELECT 1 FROM job AS p WHERE p.id = job.parent_id
                AND p.state NOT IN ('completed', 'dead', 'cancelled')))
@@ -480,10 +504,11 @@ WITH doomed AS MATERIALIZED (
 SELECT count(*) FROM deleted
 
 -- name: job_prune_beyond_count
--- Deletes up to $4 jobs of queue $1 in states $2 beyond the newest $3.
+-- Deletes up to $4 dead or cancelled jobs of queue $1 in states $2 beyond the newest $3
+-- (job_failed_idx).
 WITH doomed AS (
     SELECT id FROM job
-     WHERE queue = $1 AND state = ANY($2::job_state[]) AND state IN ('completed', 'dead', 'cancelled')
+     WHERE queue = $1 AND state = ANY($2::job_state[]) AND state IN ('dead', 'cancelled')
        AND (parent_id IS NULL OR NOT EXISTS (
             SELECT 1 FROM job AS p WHERE p.id = job.parent_id
                AND p.state NOT IN ('completed', 'dead', 'cancelled')))

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from paymanager.jobs._store import Executor, prune_beyond_count, prune_older
+from paymanager.jobs._store import (
+    Executor,
+    completed_kept_oldest,
+    prune_beyond_count,
+    prune_completed,
+    prune_older,
+)
 from paymanager.jobs.options import Retention
 from paymanager.jobs.states import JobState
 
 # Batches per rule and run: a backlog larger than this waits for the next run.
 BATCHES_PER_RUN_MAX = 100
 
-_COMPLETED = (JobState.COMPLETED,)
 _FAILED = (JobState.DEAD, JobState.CANCELLED)
 
 
@@ -20,25 +25,53 @@ async def prune_queue(
     db: Executor, queue: str, retention: Retention, *, now: datetime | None, batch_max: int
 ) -> int:
     moment = now if now is not None else datetime.now(UTC)
-    deleted = 0
-    rules: list[tuple[tuple[JobState, ...], int | None, int | None]] = [
-        (_COMPLETED, retention.completed_age_ms, retention.completed_count),
-        (_FAILED, retention.dead_age_ms, retention.dead_count),
-    ]
-    for states, age_ms, count in rules:
-        if age_ms is not None:
-            cutoff = moment - timedelta(milliseconds=age_ms)
-            for _ in range(BATCHES_PER_RUN_MAX):
-                n = await prune_older(
-                    db, queue=queue, states=states, finished_before=cutoff, batch_max=batch_max
-                )
-                deleted += n
-                if n < batch_max:
-                    break
-        if count is not None:
-            for _ in range(BATCHES_PER_RUN_MAX):
-                n = await prune_beyond_count(db, queue=queue, states=states, keep=count, batch_max=batch_max)
-                deleted += n
-                if n < batch_max:
-                    break
+    deleted = await _prune_completed(db, queue, retention, moment=moment, batch_max=batch_max)
+    if retention.dead_age_ms is not None:
+        cutoff = moment - timedelta(milliseconds=retention.dead_age_ms)
+        for _ in range(BATCHES_PER_RUN_MAX):
+            n = await prune_older(
+                db, queue=queue, states=_FAILED, finished_before=cutoff, batch_max=batch_max
+            )
+            deleted += n
+            if n < batch_max:
+                break
+    if retention.dead_count is not None:
+        for _ in range(BATCHES_PER_RUN_MAX):
+            n = await prune_beyond_count(
+                db, queue=queue, states=_FAILED, keep=retention.dead_count, batch_max=batch_max
+            )
+            deleted += n
+            if n < batch_max:
+                break
+    return deleted
+
+
+async def _prune_completed(
+    db: Executor, queue: str, retention: Retention, *, moment: datetime, batch_max: int
+) -> int:
+    """Both rules for completed jobs as one bound, (finish time, id): what finished before it goes,
+    so the later of the two bounds (a job either rule lets go goes).
+    Completed jobs have no index of their own (migration 0115), so the bound is found once and
+    the jobs before it are deleted along the primary key, each batch after the last."""
+    before: tuple[datetime, int] | None = None  # None: every completed job goes
+    if retention.completed_count != 0:
+        bounds: list[tuple[datetime, int]] = []
+        if retention.completed_age_ms is not None:
+            bounds.append((moment - timedelta(milliseconds=retention.completed_age_ms), 0))
+        if retention.completed_count is not None:
+            kept_oldest = await completed_kept_oldest(db, queue=queue, keep=retention.completed_count)
+            if kept_oldest is not None:
+                bounds.append(kept_oldest)
+        if not bounds:
+            return 0
+        before = max(bounds)
+    deleted, after_id = 0, 0
+    for _ in range(BATCHES_PER_RUN_MAX):
+        n, picked, last_id = await prune_completed(
+            db, queue=queue, after_id=after_id, before=before, batch_max=batch_max
+        )
+        deleted += n
+        if picked < batch_max or last_id is None:
+            break
+        after_id = last_id
     return deleted

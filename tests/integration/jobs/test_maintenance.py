@@ -420,3 +420,38 @@ async def test_vacuum_duty_makes_pruned_space_reusable(pool: asyncpg.Pool, datab
     row = await pool.fetchrow("SELECT last_vacuum, n_dead_tup FROM pg_stat_user_tables WHERE relname = 'job'")
     assert row is not None
     assert row["last_vacuum"] is not None
+
+
+async def test_count_pruning_keeps_the_newest_by_id_among_jobs_finished_together(pool: asyncpg.Pool) -> None:
+    """A batch of completions shares one finish time: retention by count still keeps exactly the
+    newest `keep` of them, by id after the finish time."""
+    ids = await enqueue_many(pool, [NewJob("k", queue="q") for _ in range(10)])
+    await pool.execute("UPDATE job SET state = 'completed', finalized_at = now() WHERE id = ANY($1)", ids)
+    await admin.prune(pool, Retention(completed_age_ms=None, completed_count=3), batch_max=2)
+    assert [r["id"] for r in await pool.fetch("SELECT id FROM job ORDER BY id")] == ids[-3:]
+
+
+async def test_pruning_completed_jobs_goes_on_past_the_ones_it_must_keep(pool: asyncpg.Pool) -> None:
+    """Completed jobs are deleted along the primary key, a batch at a time, each after the last:
+    jobs kept on the way (another queue's, a running one, the newest) do not stop the walk, and
+    every older completed job of the queue goes in one run."""
+    ids = await enqueue_many(pool, [NewJob("k", queue="q" if i % 3 else "other") for i in range(30)])
+    mine = [job_id for i, job_id in enumerate(ids) if i % 3]
+    theirs = [job_id for i, job_id in enumerate(ids) if not i % 3]
+    running = await enqueue(pool, "k", {}, queue="q")
+    await pool.execute(
+        "UPDATE job SET state = 'completed', finalized_at = now() - (100 - id + $1) * interval '1 second' "
+        "WHERE id = ANY($2)",
+        ids[0],
+        ids,
+    )
+    await claim(pool, "q")
+    deleted = await admin.prune(
+        pool,
+        Retention(completed_age_ms=None, completed_count=100),
+        retention_by_queue={"q": Retention(completed_age_ms=None, completed_count=4)},
+        batch_max=3,
+    )
+    assert deleted == len(mine) - 4
+    left = [r["id"] for r in await pool.fetch("SELECT id FROM job ORDER BY id")]
+    assert left == sorted([*theirs, *mine[-4:], running.id])

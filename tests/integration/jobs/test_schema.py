@@ -81,3 +81,33 @@ async def test_only_the_rules_that_relate_two_columns_stay_checks_on_the_job_tab
     assert sorted(r["conname"] for r in rows) == [
         "job_attempt_within_max", "job_finalized_iff_terminal", "job_lease_iff_running",
     ]  # fmt: skip
+
+
+async def test_a_completed_job_is_in_no_index_but_the_primary_key(conn: asyncpg.Connection) -> None:
+    # Each state change writes a new row version into every index whose predicate it meets, so an
+    # index that admits completed jobs costs every completion an entry (the pruner walks the
+    # primary key instead). A dead job stays findable by queue and finish time.
+    job_id = await conn.fetchval(
+        "INSERT INTO job (queue, kind, payload, state, finalized_at)"
+        " VALUES ('q', 'k', '{}', 'completed', now()) RETURNING id"
+    )
+    dead_id = await conn.fetchval(
+        "INSERT INTO job (queue, kind, payload, state, finalized_at)"
+        " VALUES ('q', 'k', '{}', 'dead', now()) RETURNING id"
+    )
+
+    async def indexes_holding(row_id: int) -> list[str]:
+        held = []
+        for index in await conn.fetch(
+            "SELECT indexrelid::regclass::text AS name, pg_get_expr(indpred, indrelid) AS predicate"
+            "  FROM pg_index WHERE indrelid = 'job'::regclass"
+        ):
+            predicate = index["predicate"] or "true"
+            if await conn.fetchval(
+                f"SELECT EXISTS (SELECT 1 FROM job WHERE id = $1 AND ({predicate}))", row_id
+            ):
+                held.append(index["name"])
+        return sorted(held)
+
+    assert await indexes_holding(job_id) == ["job_pkey"]
+    assert await indexes_holding(dead_id) == ["job_failed_idx", "job_pkey"]

@@ -21,7 +21,7 @@ SELECT count(*)::float8 FROM webhook_delivery WHERE status = 'dead';
 SELECT status, count(*)::float8 AS n FROM checkout_session GROUP BY status ORDER BY status;
 
 -- name: queue_throughput
--- Per queue, the jobs completed within the last $1 seconds, cluster-wide (job_finalized_idx), and
+-- Per queue, the jobs completed within the last $1 seconds, cluster-wide, and
 -- the completed jobs the queue holds: retention keeps at most JOB_RETENTION_COMPLETED_COUNT per
 -- queue, so a count that reaches it may miss pruned completions.
 SELECT queue,
