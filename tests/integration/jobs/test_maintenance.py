@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from paymanager.jobs import (
@@ -24,6 +26,8 @@ from paymanager.jobs._queries import Q
 from paymanager.jobs.maintenance import Maintenance
 from paymanager.jobs.periodic import current_slot, enqueue_due
 from tests.integration.jobs.conftest import StartWorker, job_state, wait_state, wait_until
+from tests.support.databases import run_sync
+from tests.support.examples import examples
 from tests.support.job_steps import claim, complete, flow
 from tests.support.locks import finishes_without_waiting
 from tests.support.waiting import wait_for_lock_waiters
@@ -455,3 +459,77 @@ async def test_pruning_completed_jobs_goes_on_past_the_ones_it_must_keep(pool: a
     assert deleted == len(mine) - 4
     left = [r["id"] for r in await pool.fetch("SELECT id FROM job ORDER BY id")]
     assert left == sorted([*theirs, *mine[-4:], running.id])
+
+
+# (queue, state, minutes before now it finished): ties of finish time are likely, as in a batch.
+RETAINED_JOBS = st.lists(
+    st.tuples(
+        st.sampled_from(["q", "other"]),
+        st.sampled_from(["completed", "dead", "available"]),
+        st.integers(0, 8),
+    ),
+    max_size=30,
+)
+
+
+@settings(
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    jobs=RETAINED_JOBS,
+    keep=st.none() | st.integers(0, 6),
+    age_min=st.none() | st.integers(0, 8),
+    batch_max=st.integers(1, 4),
+)
+def test_retention_deletes_exactly_the_completed_jobs_a_rule_lets_go(
+    database_url: str, jobs: list[tuple[str, str, int]], keep: int | None, age_min: int | None, batch_max: int
+) -> None:
+    """Against a model: per queue, a completed job goes when it is not among the newest `keep` by
+    finish time then id, or finished more than `age_min` minutes ago; nothing else is deleted."""
+    now = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+
+    async def scenario() -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute("TRUNCATE job")
+            rows = []
+            for queue, state, minutes in jobs:
+                job_id = await conn.fetchval(
+                    "INSERT INTO job (queue, kind, payload, state, finalized_at)"
+                    " VALUES ($1, 'k', '{}', $2::job_state,"
+                    "         CASE WHEN $2 <> 'available' THEN $3::timestamptz END)"
+                    " RETURNING id",
+                    queue,
+                    state,
+                    now - timedelta(minutes=minutes),
+                )
+                rows.append((job_id, queue, state, minutes))
+            retention = Retention(
+                completed_age_ms=None if age_min is None else age_min * 60_000,
+                completed_count=keep,
+                dead_age_ms=None,
+                dead_count=None,
+            )
+            await admin.prune(conn, retention, now=now, batch_max=batch_max)
+            left = {r["id"] for r in await conn.fetch("SELECT id FROM job")}
+        finally:
+            await conn.close()
+        expected = {job_id for job_id, _, state, _ in rows if state != "completed"}
+        for queue in ("q", "other"):
+            # Newest first: finished fewest minutes ago, then the higher id.
+            completed = sorted(
+                (
+                    (-minutes, job_id)
+                    for job_id, q, state, minutes in rows
+                    if q == queue and state == "completed"
+                ),
+                reverse=True,
+            )
+            for rank, (minus_minutes, job_id) in enumerate(completed):
+                kept_by_count = keep is None or rank < keep
+                kept_by_age = age_min is None or -minus_minutes <= age_min
+                if kept_by_count and kept_by_age:
+                    expected.add(job_id)
+        assert left == expected
+
+    run_sync(scenario())
