@@ -278,6 +278,14 @@ async def prepare(dsn: str) -> None:
     try:
         await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        if await conn.fetchval(
+            "SELECT NOT ('pg_stat_statements' = ANY (regexp_split_to_array(current_setting("
+            "'shared_preload_libraries'), '\\s*,\\s*')))"
+        ):
+            raise SystemExit(
+                "pg_stat_statements is not loaded: as a superuser, ALTER SYSTEM SET shared_preload_libraries"
+                " = 'pg_stat_statements', then restart PostgreSQL (pg_ctlcluster 15 main restart)"
+            )
     finally:
         await conn.close()
 
