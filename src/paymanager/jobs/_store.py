@@ -277,9 +277,19 @@ async def rescue_expired(
     return [RescuedJob.from_row(row) for row in rows]
 
 
-async def finished_queues(db: Executor) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class FinishedQueue:
+    """A queue that holds finished jobs: how many of them completed, and when the oldest did."""
+
+    name: str
+    completed: int
+    completed_oldest: datetime | None
+
+
+async def finished_queues(db: Executor) -> list[FinishedQueue]:
     """The queues that hold finished jobs."""
-    return [row["queue"] for row in await db.fetch(Q["job_finished_queues"])]
+    rows = await db.fetch(Q["job_finished_queues"])
+    return [FinishedQueue(row["queue"], row["completed"], row["completed_oldest"]) for row in rows]
 
 
 async def completed_kept_oldest(db: Executor, *, queue: str, keep: int) -> tuple[datetime, int] | None:

@@ -29,7 +29,7 @@ from paymanager.jobs.options import (
     RATE_WINDOW_MS_MAX,
     Retention,
 )
-from paymanager.jobs.pruner import prune_queue
+from paymanager.jobs.pruner import prune_finished
 from paymanager.jobs.states import JobState
 from paymanager.rate_text import format_rate_limit as format_rate_limit
 from paymanager.rate_text import parse_rate_limit as parse_rate_limit
@@ -209,10 +209,10 @@ async def prune(
     """Apply retention to every queue now; returns how many jobs were deleted."""
     if not 1 <= batch_max <= PRUNE_BATCH_MAX:
         raise ValueError(f"batch_max must be within [1, {PRUNE_BATCH_MAX}]")
-    total = 0
-    for queue in await store.finished_queues(conn):
-        chosen = (retention_by_queue or {}).get(queue, retention)
-        total += await prune_queue(conn, queue, chosen, now=now, batch_max=batch_max)
+    by_queue = retention_by_queue or {}
+    total = await prune_finished(
+        conn, lambda queue: by_queue.get(queue, retention), now=now, batch_max=batch_max
+    )
     await store.dedup_prune(conn, batch_max=batch_max)
     return total
 

@@ -21,11 +21,11 @@ import asyncpg
 from paymanager.db.database import Database, over_pool
 from paymanager.db.pool import Pool
 from paymanager.jobs import metrics
-from paymanager.jobs._store import dedup_prune, finished_queues, leader_try_lock, ping, promote_due, vacuum
+from paymanager.jobs._store import dedup_prune, leader_try_lock, ping, promote_due, vacuum
 from paymanager.jobs.events import DeadHook, DeadJob, EventPublisher, JobEvent
 from paymanager.jobs.options import MaintenanceOptions
 from paymanager.jobs.periodic import enqueue_due
-from paymanager.jobs.pruner import prune_queue
+from paymanager.jobs.pruner import prune_finished
 from paymanager.jobs.rescuer import rescue_expired
 from paymanager.jobs.states import JobState
 from paymanager.logging import get_logger
@@ -178,13 +178,10 @@ class Maintenance:
 
     async def prune(self) -> None:
         now = self._clock() if self._clock is not None else system_clock()
-        total = 0
         async with self._pool.acquire() as conn:
-            for queue in await finished_queues(conn):
-                retention = self._options.retention_for(queue)
-                total += await prune_queue(
-                    conn, queue, retention, now=now, batch_max=self._options.prune_batch_max
-                )
+            total = await prune_finished(
+                conn, self._options.retention_for, now=now, batch_max=self._options.prune_batch_max
+            )
             # Expired deduplication keys hold nothing any more (one batch a run: few deduplicate).
             await dedup_prune(conn, batch_max=self._options.prune_batch_max)
         if total:

@@ -25,6 +25,7 @@ from paymanager.jobs import (
 from paymanager.jobs._queries import Q
 from paymanager.jobs.maintenance import Maintenance
 from paymanager.jobs.periodic import current_slot, enqueue_due
+from paymanager.jobs.pruner import prune_finished
 from tests.integration.jobs.conftest import StartWorker, job_state, wait_state, wait_until
 from tests.support.databases import run_sync
 from tests.support.examples import examples
@@ -533,3 +534,32 @@ def test_retention_deletes_exactly_the_completed_jobs_a_rule_lets_go(
         assert left == expected
 
     run_sync(scenario())
+
+
+class StatementLog:
+    """A connection that notes the name of every engine statement run through it."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+        self._names = {sql: name for name, sql in Q.items()}
+        self.names: list[str] = []
+
+    async def fetch(self, query: str, *args: object) -> list[asyncpg.Record]:
+        self.names.append(self._names.get(query, "?"))
+        return await self._conn.fetch(query, *args)
+
+
+async def test_a_queue_no_rule_can_prune_costs_no_read_of_the_table(pool: asyncpg.Pool) -> None:
+    """Completed jobs have no index, so each rule's search reads the table: the pruner asks only
+    where the run's one read of the table shows that a rule has something to delete."""
+    ids = await enqueue_many(pool, [NewJob("k", queue=q) for q in ("idle", "idle", "busy", "busy", "busy")])
+    await pool.execute(
+        "UPDATE job SET state = 'completed', finalized_at = now() - interval '1 minute' WHERE id = ANY($1)",
+        ids,
+    )
+    retention = Retention(completed_age_ms=3_600_000, completed_count=2, dead_age_ms=None, dead_count=None)
+    async with pool.acquire() as conn:
+        statements = StatementLog(conn)
+        deleted = await prune_finished(statements, lambda queue: retention, now=None, batch_max=10)
+    assert deleted == 1  # busy's oldest: it holds 3, keeps 2; idle holds 2, and none is an hour old
+    assert statements.names == ["job_finished_queues", "job_completed_kept_oldest", "job_prune_completed"]
