@@ -209,7 +209,12 @@ WITH done AS (
            attempt = job.attempt + 1,
            attempted_at = now(),
            lease_owner = $3,
-           lease_token = gen_random_uuid(),
+           -- A lease token is unique per attempt: 8 random bytes drawn once per statement (an
+           -- InitPlan), then the job's id, which no two jobs of one claim share. One
+           -- gen_random_uuid() per job cost the backend three times as much (docs/BENCHMARKS.md,
+           -- "Lease tokens drawn once per claim"); job_claim and job_claim_queue do the same.
+           lease_token = encode(overlay(uuid_send((SELECT gen_random_uuid()))
+                                        placing int8send(job.id) from 9 for 8), 'hex')::uuid,
            lease_expires_at = now() + $4::bigint * interval '1 millisecond'
      WHERE job.id = ANY (ARRAY(SELECT locked.id FROM locked))
        -- $9 true (the worker passes it only when this statement completes nothing): commit without
@@ -260,7 +265,8 @@ UPDATE job
        attempt = job.attempt + 1,
        attempted_at = now(),
        lease_owner = $3,
-       lease_token = gen_random_uuid(),
+       lease_token = encode(overlay(uuid_send((SELECT gen_random_uuid()))
+                                    placing int8send(job.id) from 9 for 8), 'hex')::uuid,
        lease_expires_at = now() + $4::bigint * interval '1 millisecond'
  WHERE job.id = ANY (ARRAY(SELECT locked.id FROM locked))
    AND (NOT $5::boolean OR (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL)
@@ -279,7 +285,8 @@ UPDATE job
        attempt = job.attempt + 1,
        attempted_at = now(),
        lease_owner = $3,
-       lease_token = gen_random_uuid(),
+       lease_token = encode(overlay(uuid_send((SELECT gen_random_uuid()))
+                                    placing int8send(job.id) from 9 for 8), 'hex')::uuid,
        lease_expires_at = now() + $4::bigint * interval '1 millisecond'
  WHERE job.id = ANY (ARRAY(
         SELECT j.id FROM job j

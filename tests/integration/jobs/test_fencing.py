@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from paymanager.jobs import JobContext, LeaseLostError, Registry, WorkerOptions, enqueue
+from paymanager.jobs import JobContext, LeaseLostError, NewJob, Registry, WorkerOptions, enqueue, enqueue_many
 from paymanager.jobs._queries import Q
 from paymanager.jobs.batch import complete_all_in, hold_leases
 from paymanager.jobs.maintenance import Maintenance
@@ -235,3 +235,26 @@ async def test_a_stale_attempts_heartbeat_neither_extends_the_lease_nor_hears_it
     assert not running.lease_lost.is_set()
     beat = await pool.fetch(Q["job_heartbeat_many"], [running.id], [running.lease_token], 3_600_000)
     assert [row["id"] for row in beat] == [running.id]
+
+
+@pytest.mark.parametrize(
+    ("statement", "args"),
+    [
+        ("job_claim_batch", (["q"], [100], "w", 60_000, [], [], [], False, False)),
+        ("job_claim", (["q"], [100], "w", 60_000, False)),
+        ("job_claim_queue", ("q", 100, "w", 60_000, False)),
+    ],
+)
+async def test_every_attempt_holds_a_lease_token_of_its_own(
+    pool: asyncpg.Pool, database_url: str, statement: str, args: tuple[Any, ...]
+) -> None:
+    """A claim draws its random part once for all its jobs: the tokens must still differ from job
+    to job (a worker keys the leases it holds by token) and from attempt to attempt (fencing)."""
+    ids = await enqueue_many(pool, [NewJob("k", queue="q") for _ in range(30)])
+    first = {r["id"]: r["lease_token"] for r in await pool.fetch(Q[statement], *args)}
+    assert sorted(first) == ids
+    assert len(set(first.values())) == len(ids)
+    await rescue_as_if_later(pool, database_url)
+    second = {r["id"]: r["lease_token"] for r in await pool.fetch(Q[statement], *args)}
+    assert sorted(second) == ids
+    assert all(second[job_id] != first[job_id] for job_id in ids)
