@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import jobs as jobs_bench  # bench/jobs.py, beside this file
@@ -84,6 +86,32 @@ def tree_database(tree: Tree) -> str:
     return dsn
 
 
+@contextlib.contextmanager
+def tree_databases(trees: dict[str, Tree]) -> Iterator[dict[str, str]]:
+    """A database per tree (by key), each with that tree's own schema, all dropped at the end."""
+    dsns: dict[str, str] = {}
+    try:
+        for key, tree in trees.items():
+            dsns[key] = tree_database(tree)
+        yield dsns
+    finally:
+        for dsn in dsns.values():
+            asyncio.run(jobs_bench.drop_database(dsn))
+
+
+def ab_parser(doc: str | None) -> argparse.ArgumentParser:
+    """An A/B script's arguments: the two trees, A and B, as `Tree.parse` reads them."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("a")
+    parser.add_argument("b")
+    return parser
+
+
+def round_order(r: int) -> tuple[str, str]:
+    """Which tree runs first in round `r`: alternating, as the second run of a pair may be faster."""
+    return ("a", "b") if r % 2 == 0 else ("b", "a")
+
+
 def one_run(tree: Tree, dsn: str, n: int, workers: int, beside: bool) -> float:
     tree.apply()
     asyncio.run(jobs_bench.reset("ours", dsn))
@@ -94,18 +122,13 @@ def one_run(tree: Tree, dsn: str, n: int, workers: int, beside: bool) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("a")
-    parser.add_argument("b")
+    parser = ab_parser(__doc__)
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--beside-limited", action="store_true")
     args = parser.parse_args()
-    a, b = Tree.parse(args.a), Tree.parse(args.b)
-    dsns = {"a": tree_database(a), "b": tree_database(b)}
+    trees = {"a": Tree.parse(args.a), "b": Tree.parse(args.b)}
     print(
         f"# {args.jobs} jobs, {args.workers} worker process(es), {args.rounds} rounds, "
         f"{'all runs beside limited queues' if args.beside_limited else 'limited queues as a tree says'}; "
@@ -113,16 +136,14 @@ def main() -> None:
         flush=True,
     )
     rates: dict[str, list[float]] = {"a": [], "b": []}
-    try:
+    with tree_databases(trees) as dsns:
         for r in range(args.rounds):
-            order = (("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))
-            for key, tree in order:
-                rates[key].append(one_run(tree, dsns[key], args.jobs, args.workers, args.beside_limited))
+            for key in round_order(r):
+                rates[key].append(
+                    one_run(trees[key], dsns[key], args.jobs, args.workers, args.beside_limited)
+                )
             x, y = rates["a"][-1], rates["b"][-1]
             print(f"  round {r + 1}: B/A {y:.0f}/{x:.0f} jobs/s ({y / x:.2f}x)", flush=True)
-    finally:
-        for dsn in dsns.values():
-            asyncio.run(jobs_bench.drop_database(dsn))
     ratios = [y / x for x, y in zip(rates["a"], rates["b"], strict=True)]
     print(
         f"A median {statistics.median(rates['a']):.0f} jobs/s, B median {statistics.median(rates['b']):.0f}; "

@@ -14,7 +14,6 @@ seconds and microseconds per deleted job for each tree, and B/A; then the median
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -24,8 +23,7 @@ import sys
 
 import asyncpg
 
-import jobs as jobs_bench  # bench/jobs.py, beside this file
-from jobs_ab import Tree, tree_database  # bench/jobs_ab.py, beside this file
+from jobs_ab import Tree, ab_parser, round_order, tree_databases  # bench/jobs_ab.py, beside this file
 
 # Run in a child process on the tree's own code: the pruner and statements of that tree.
 _PRUNE = """
@@ -76,11 +74,7 @@ def prune(tree: Tree, dsn: str, keep: int) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("a")
-    parser.add_argument("b")
+    parser = ab_parser(__doc__)
     parser.add_argument("--completed", type=int, default=300_000)
     parser.add_argument("--queues", type=int, default=3)
     parser.add_argument("--waiting", type=int, default=20_000)
@@ -88,7 +82,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     trees = {"a": Tree.parse(args.a), "b": Tree.parse(args.b)}
-    dsns = {key: tree_database(tree) for key, tree in trees.items()}
     print(
         f"# {args.completed} completed jobs in {args.queues} queues, {args.waiting} waiting,"
         f" keep {args.keep} per queue, {args.rounds} rounds; A = {args.a}, B = {args.b};"
@@ -96,11 +89,10 @@ def main() -> None:
         flush=True,
     )
     seconds: dict[str, list[float]] = {"a": [], "b": []}
-    try:
+    with tree_databases(trees) as dsns:
         for r in range(args.rounds):
-            order = ("a", "b") if r % 2 == 0 else ("b", "a")
             line = []
-            for key in order:
+            for key in round_order(r):
                 asyncio.run(fill(dsns[key], args.completed, args.queues, args.waiting))
                 took, deleted = prune(trees[key], dsns[key], args.keep)
                 seconds[key].append(took)
@@ -108,9 +100,6 @@ def main() -> None:
                 line.append(f"{key.upper()} {took:.2f} s ({per_job_us:.1f} us/job, {deleted} deleted)")
             ratio = seconds["b"][-1] / seconds["a"][-1]
             print(f"  round {r + 1}: {', '.join(line)}; B/A {ratio:.2f}", flush=True)
-    finally:
-        for dsn in dsns.values():
-            asyncio.run(jobs_bench.drop_database(dsn))
     ratios = [b / a for a, b in zip(seconds["a"], seconds["b"], strict=True)]
     print(
         f"A median {statistics.median(seconds['a']):.2f} s, B median {statistics.median(seconds['b']):.2f} s;"
