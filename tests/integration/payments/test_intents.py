@@ -494,8 +494,9 @@ async def test_confirm_refusals_and_its_notified_event(api: Api, database_url: s
         assert again.json()["error"]["code"] == "invalid_transition"
         assert again.json()["error"]["details"]["from"] == "confirmed"
         row = await api.payments.pool.fetchrow("SELECT * FROM intent WHERE id = $1::uuid", created["id"])
+        # The channel is the database's: other tests' confirms (other schemas) arrive on it too.
         for _ in range(50):
-            if any(n["status"] == "confirmed" for n in notified):
+            if any(n["intent_id"] == created["id"] and n["status"] == "confirmed" for n in notified):
                 break
             await asyncio.sleep(0.05)
         assert [n for n in notified if n["intent_id"] == created["id"] and n["status"] == "confirmed"] == [
