@@ -34,7 +34,7 @@ from paymanager.jobs.backoff import backoff_from_json
 from paymanager.jobs.context import JobContext, SnoozeRequest
 from paymanager.jobs.errors import LeaseLostError, PermanentError, RateLimitedError
 from paymanager.jobs.options import WorkerOptions
-from paymanager.jobs.registry import HandlerSpec, Registry
+from paymanager.jobs.registry import HandlerSpec
 from paymanager.jobs.states import JobState
 from paymanager.logging import get_logger
 from paymanager.tracing import job_span, without_trace
@@ -49,7 +49,6 @@ WATCHDOG_INTERVAL_S = 0.1
 class JobExecutor:
     def __init__(
         self,
-        registry: Registry,
         options: WorkerOptions,
         leases: Leases,
         completer: Completer,
@@ -59,7 +58,6 @@ class JobExecutor:
         forget: Callable[[list[JobContext]], None],
         stopping: Callable[[], bool],
     ) -> None:
-        self._registry = registry
         self._options = options
         self._leases = leases
         self._completer = completer
@@ -150,64 +148,67 @@ class JobExecutor:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def run(self, ctx: JobContext, held: Held, backoff: JsonObject | None) -> None:
+        # One coroutine per job, the accounting around the attempt inline: each job's coroutines
+        # and frames are the worker's own cost per job (docs/BENCHMARKS.md, "The worker's Python").
         self._running += 1
         self._ended.clear()
         try:
-            await self._run(ctx, held, backoff)
+            spec = held.spec
+            started = time.perf_counter()
+            try:
+                try:
+                    try:
+                        with job_span(ctx.kind, ctx.id, ctx.queue, ctx.attempt, ctx.payload):
+                            if spec is not None and spec.is_plain_async:
+                                value = await spec.handler(ctx)
+                            else:
+                                value = await self._call(ctx, spec)
+                    finally:
+                        metrics.RUN_SECONDS.observe(ctx.queue, time.perf_counter() - started)
+                except asyncio.CancelledError:
+                    if held.timed_out:
+                        raise TimeoutError(f"job {ctx.id} ran past its timeout") from None
+                    task = asyncio.current_task()
+                    if self._stopping() or (task is not None and task.cancelling()):
+                        raise
+                    # Not a cancel of this job's task: the handler let out the CancelledError of
+                    # something it awaited (a future or a task cancelled elsewhere). Left to end
+                    # the task, it would leave the job held, its lease extended by every heartbeat.
+                    message = "the handler raised CancelledError; its job was not cancelled"
+                    raise RuntimeError(message) from None
+            except SnoozeRequest as request:
+                self._settle(ctx, snooze(ctx.id, ctx.lease_token, request.delay_ms))
+            except RateLimitedError as exc:
+                log.info("job rate limited", job_id=ctx.id, queue=ctx.queue, pause_ms=exc.retry_after_ms)
+                # The pause is written before the job goes back, so no process claims it meanwhile.
+                await self._limited.pause(ctx.queue, exc.retry_after_ms)
+                # Available again, the attempt not spent, its place in the queue (run_at) kept.
+                self._settle(ctx, Failure(ctx.id, ctx.lease_token, JobState.AVAILABLE, None, None, False))
+            except LeaseLostError:
+                log.warning("job lease lost; its effects were not committed", job_id=ctx.id, kind=ctx.kind)
+                self._forget([ctx])
+            except asyncio.CancelledError:
+                # Shutdown past its timeout: `stop` gives the lease back; nothing is written here.
+                if not self._stopping():
+                    raise
+            except Exception as exc:  # a handler's exception never crashes the worker
+                chosen = backoff_from_json(backoff) if backoff else (spec.backoff if spec else None)
+                failure = decide_failure(
+                    ctx.id, ctx.lease_token, exc, attempt=ctx.attempt, max_attempts=ctx.max_attempts,
+                    backoff=chosen or self._options.default_backoff, cancel_requested=ctx.cancel_requested,
+                )  # fmt: skip
+                self._settle(ctx, failure)
+            else:
+                if ctx.completed_in_transaction:
+                    self._completer.published_completion(ctx)
+                    self._forget([ctx])
+                else:
+                    result = value if value is not None else ctx.result
+                    self._settle(ctx, Completion(ctx.id, ctx.lease_token, result))
         finally:
             self._running -= 1
             if not self._running and not self._ready:
                 self._ended.set()
-
-    async def _run(self, ctx: JobContext, held: Held, backoff: JsonObject | None) -> None:
-        spec = self._registry.get(ctx.kind)
-        started = time.perf_counter()
-        try:
-            try:
-                try:
-                    with job_span(ctx.kind, ctx.id, ctx.queue, ctx.attempt, ctx.payload):
-                        value = await self._call(ctx, spec)
-                finally:
-                    metrics.RUN_SECONDS.observe(ctx.queue, time.perf_counter() - started)
-            except asyncio.CancelledError:
-                if held.timed_out:
-                    raise TimeoutError(f"job {ctx.id} ran past its timeout") from None
-                task = asyncio.current_task()
-                if self._stopping() or (task is not None and task.cancelling()):
-                    raise
-                # Not a cancel of this job's task: the handler let out the CancelledError of
-                # something it awaited (a future or a task cancelled elsewhere). Left to end the
-                # task, it would leave the job held, its lease extended by every heartbeat.
-                raise RuntimeError("the handler raised CancelledError; its job was not cancelled") from None
-        except SnoozeRequest as request:
-            self._settle(ctx, snooze(ctx.id, ctx.lease_token, request.delay_ms))
-        except RateLimitedError as exc:
-            log.info("job rate limited", job_id=ctx.id, queue=ctx.queue, pause_ms=exc.retry_after_ms)
-            # The pause is written before the job goes back, so no process claims it meanwhile.
-            await self._limited.pause(ctx.queue, exc.retry_after_ms)
-            # Available again, the attempt not spent, its place in the queue (run_at) kept.
-            self._settle(ctx, Failure(ctx.id, ctx.lease_token, JobState.AVAILABLE, None, None, False))
-        except LeaseLostError:
-            log.warning("job lease lost; its effects were not committed", job_id=ctx.id, kind=ctx.kind)
-            self._forget([ctx])
-        except asyncio.CancelledError:
-            # Shutdown past its timeout: `stop` gives the lease back; nothing is written here.
-            if not self._stopping():
-                raise
-        except Exception as exc:  # a handler's exception never crashes the worker
-            chosen = backoff_from_json(backoff) if backoff else (spec.backoff if spec else None)
-            failure = decide_failure(
-                ctx.id, ctx.lease_token, exc, attempt=ctx.attempt, max_attempts=ctx.max_attempts,
-                backoff=chosen or self._options.default_backoff, cancel_requested=ctx.cancel_requested,
-            )  # fmt: skip
-            self._settle(ctx, failure)
-        else:
-            if ctx.completed_in_transaction:
-                self._completer.published_completion(ctx)
-                self._forget([ctx])
-            else:
-                result = value if value is not None else ctx.result
-                self._settle(ctx, Completion(ctx.id, ctx.lease_token, result))
 
     async def _call(self, ctx: JobContext, spec: HandlerSpec | None) -> object:
         if spec is None:

@@ -18,6 +18,7 @@ from paymanager.db.pool import Pool
 from paymanager.jobs._store import Lease, extend_leases, release_many
 from paymanager.jobs.context import JobContext
 from paymanager.jobs.events import ErrorHook, report_error
+from paymanager.jobs.registry import HandlerSpec
 from paymanager.logging import get_logger
 
 log = get_logger("paymanager.jobs.leases")
@@ -31,6 +32,8 @@ DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutErro
 @dataclass(eq=False, slots=True)
 class Held:
     ctx: JobContext
+    # The kind's registration (None: no handler is registered for it), looked up once per attempt.
+    spec: HandlerSpec | None
     # Monotonic time past which the handler is cancelled as timed out (the executor's watchdog).
     deadline: float
     task: asyncio.Task[None] | None = None
@@ -48,8 +51,8 @@ class Leases:
         # The worker's `error` hook (Worker's on_error).
         self.on_error: ErrorHook | None = None
 
-    def hold(self, ctx: JobContext, deadline: float) -> Held:
-        held = Held(ctx, deadline)
+    def hold(self, ctx: JobContext, spec: HandlerSpec | None, deadline: float) -> Held:
+        held = Held(ctx, spec, deadline)
         self.held[ctx.lease_token] = held
         return held
 

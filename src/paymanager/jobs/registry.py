@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,12 @@ class HandlerSpec:
     timeout_ms: int | None
     payload_model: type[BaseModel] | None = None
     result_model: type[BaseModel] | None = None
+    # An async handler of an untyped kind: the executor awaits it directly (set from the above).
+    is_plain_async: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        plain = self.is_async and self.payload_model is None and self.result_model is None
+        object.__setattr__(self, "is_plain_async", plain)
 
     def payload_of(self, payload: dict[str, Any] | BaseModel) -> dict[str, Any]:
         """The payload to store: validated by the kind's model (InvalidJobError, saying what is

@@ -98,6 +98,8 @@ class Worker:
         self._limits = dict(queues)
         self._free = dict(queues)
         self._on_error = on_error
+        # Bound once: every claimed job's context takes it.
+        self._progress = self._on_progress
         # `active` events waiting for their one publish per loop turn (WorkerOptions.active_events).
         self._active: list[JobEvent] = []
         self._publishing: set[asyncio.Task[None]] = set()
@@ -139,7 +141,6 @@ class Worker:
         # The attempts held (Leases.held), read and changed by every duty of the worker.
         self._held = self._leases.held
         self._executor = JobExecutor(
-            registry,
             self._options,
             self._leases,
             self._completer,
@@ -537,19 +538,12 @@ class Worker:
         """The claimed job's context, held (its slot taken, its timeout running); not started yet."""
         spec = self._registry.get(job.kind)
         max_attempts = job.max_attempts or (spec.max_attempts if spec else None)
+        # Positional (JobContext's field order): one context per claimed job, and keywords cost more.
         ctx = JobContext(
-            id=job.id,
-            kind=job.kind,
-            queue=job.queue,
-            payload=job.payload,
-            attempt=job.attempt,
-            max_attempts=max_attempts or self._options.default_max_attempts,
-            priority=job.priority,
-            parent_id=job.parent_id,
-            lease_token=job.lease_token,
-            _pool=self._pool,
-            _on_progress=self._on_progress,
-        )
+            job.id, job.kind, job.queue, job.payload, job.attempt,
+            max_attempts or self._options.default_max_attempts, job.priority, job.parent_id,
+            job.lease_token, self._pool, self._progress,
+        )  # fmt: skip
         if job.cancel_requested:
             ctx.cancelled.set()
         if job.waited_s is not None:
@@ -557,7 +551,7 @@ class Worker:
         if self._options.active_events:
             self._announce_active(JobEvent("active", job.id, job.kind, job.queue, job.attempt))
         timeout_ms = job.timeout_ms or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms
-        held = self._leases.hold(ctx, time.monotonic() + timeout_ms / 1000)
+        held = self._leases.hold(ctx, spec, time.monotonic() + timeout_ms / 1000)
         return ctx, held, job.backoff
 
     def _announce_active(self, event: JobEvent) -> None:
