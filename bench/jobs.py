@@ -3,6 +3,7 @@
     .venv/bin/python bench/jobs.py [--jobs 100000] [--retention-jobs 100000] [--retention-rounds 5]
                                    [--skip-retention] [--only proc1,proc2,latency] [--loop uvloop|asyncio]
                                    [--beside-limited] [--pgq-batch sweep|N] [--pgq-sweep 100,250,500,1000]
+                                   [--floor-burn-us U]
                                    (--only takes: bulk, proc1, proc2, single, latency, floor)
 
 PGQueuer runs at its best batch size on this machine: with `--pgq-batch sweep` (the default) each
@@ -25,7 +26,10 @@ queue alone; printed as the ratio beside / alone per round: what the limits cost
 The `floor` figure drains the same N jobs with a bare loop of the worker's own claim-and-complete
 statement (`job_claim_batch`: the worker's batch, pipeline and generic plans, in one process on the
 same loop) with no engine around it, and prints one worker process's throughput as a ratio to it,
-per round: what the engine's own Python costs over the statements it sends.
+per round: what the engine's own Python costs over the statements it sends. `--floor-burn-us U`
+makes the bare loop burn U us of CPU per claimed job before its next claim (on the loop, as a
+handler's Python would): the burn at which the floor meets the engine is the engine's own Python per
+job, in the units that decide throughput.
 
 Worker processes and the latency producer of both engines run on uvloop (`--loop`), as both
 engines' command-line runners do where it is installed (`paymanager run`, `pgq run`).
@@ -92,6 +96,8 @@ CAPPED, CAPPED_RUNNING, CAPPED_JOBS = "bench.capped", 5, 20_000
 SIDE_JOB_S = 0.005
 # PGQueuer's batch_size: chosen by the sweep (bench) and passed to worker processes by environment.
 PGQ_BATCH = int(os.environ.get("BENCH_PGQ_BATCH", "100"))
+# --floor-burn-us: CPU the bare claim loop burns per claimed job (worker processes read it here).
+FLOOR_BURN_US = float(os.environ.get("BENCH_FLOOR_BURN_US", "0"))
 LATENCY_JOBS = 200
 LATENCY_GAP_S = 0.020
 SINGLE_ENQUEUES = 2_000
@@ -422,6 +428,10 @@ async def floor_worker(dsn: str, mode: str) -> dict[str, Any]:
                 return
             ids = [r["id"] for r in claimed]
             tokens = [r["lease_token"] for r in claimed]
+            if FLOOR_BURN_US:
+                burn_until = time.perf_counter() + FLOOR_BURN_US * len(claimed) / 1e6
+                while time.perf_counter() < burn_until:
+                    pass
 
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
@@ -739,9 +749,13 @@ def main() -> None:
     )
     parser.add_argument("--pgq-batch", default="sweep", help="PGQueuer's batch size, or `sweep`")
     parser.add_argument("--pgq-sweep", default="100,250,500,1000", help="the sizes the sweep tries")
+    parser.add_argument(
+        "--floor-burn-us", type=float, default=0, help="CPU the floor's loop burns per job (us)"
+    )
     args = parser.parse_args()
     # Worker processes read them from the environment they inherit.
     os.environ["BENCH_LOOP"] = args.loop
+    os.environ["BENCH_FLOOR_BURN_US"] = str(args.floor_burn_us)
     bench(args)
 
 
