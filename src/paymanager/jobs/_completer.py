@@ -7,7 +7,6 @@ Events are published after the write commits; the on-dead hook runs for each job
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -65,9 +64,9 @@ class Completer:
         self._on_dead = on_dead
         self._completions: list[tuple[JobContext, Completion]] = []
         self._failures: list[tuple[JobContext, Failure]] = []
-        # The lease tokens of the attempts whose outcome waits to be written (an attempt, not a job:
-        # a worker may hold two attempts of one job, the first one's lease lost).
-        self._pending: set[uuid.UUID] = set()
+        # The attempts whose outcome waits to be written (an attempt, not a job: a worker may hold
+        # two attempts of one job, the first one's lease lost), by their contexts.
+        self._pending: set[JobContext] = set()
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -79,15 +78,15 @@ class Completer:
     def pending(self) -> int:
         return len(self._pending)
 
-    def is_pending(self, lease_token: uuid.UUID) -> bool:
-        return lease_token in self._pending
+    def is_pending(self, ctx: JobContext) -> bool:
+        return ctx in self._pending
 
     def add(self, ctx: JobContext, outcome: Completion | Failure) -> None:
         if isinstance(outcome, Completion):
             self._completions.append((ctx, outcome))
         else:
             self._failures.append((ctx, outcome))
-        self._pending.add(ctx.lease_token)
+        self._pending.add(ctx)
         self._idle.clear()
         self._ready.set()
 
@@ -146,7 +145,7 @@ class Completer:
             await self._write(lambda: self._fail(failures, events, dead))
         completed = [ctx for ctx, _ in completions]
         failed = [ctx for ctx, _ in failures]
-        self._pending.difference_update(ctx.lease_token for ctx in completed + failed)
+        self._pending.difference_update(completed + failed)
         self._forget(completed, True)
         self._forget(failed, False)
         # The dead jobs' hook (the error line operators alert on) before the events: a stop that
@@ -209,7 +208,7 @@ class Completer:
         events: list[JobEvent] = []
         self.completed(batch, done, events)
         written = [ctx for ctx, _ in batch]
-        self._pending.difference_update(ctx.lease_token for ctx in written)
+        self._pending.difference_update(written)
         self._forget(written, True)
         if events:
             await self._events.publish(events, notify=False)

@@ -1,14 +1,14 @@
 """The worker's leases: the attempts it holds, their heartbeat, and their release at a stop.
 
-An attempt is held from its claim until its outcome is written (or its lease is known lost), by
-lease token: one job may be held twice, an attempt whose lease was lost while it ran (rescued) and
-the attempt that claimed the job again; each keeps its own slot, heartbeat and timeout until it ends.
+An attempt is held from its claim until its outcome is written (or its lease is known lost), keyed
+by its context (one per attempt): one job may be held twice, an attempt whose lease was lost while
+it ran (rescued) and the attempt that claimed the job again; each keeps its own slot, heartbeat and
+timeout until it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,19 +41,20 @@ class Held:
 
 
 class Leases:
-    def __init__(self, pool: Pool, *, lease_ms: int, outcome_pending: Callable[[uuid.UUID], bool]) -> None:
+    def __init__(self, pool: Pool, *, lease_ms: int, outcome_pending: Callable[[JobContext], bool]) -> None:
         self._pool = pool
         self._lease_ms = lease_ms
         # Whether an attempt's outcome waits to be written (its lease ends with that write).
         self._outcome_pending = outcome_pending
-        # Attempts running or waiting for their outcome's write, by lease token.
-        self.held: dict[uuid.UUID, Held] = {}
+        # Attempts running or waiting for their outcome's write, by context (one per attempt; its
+        # identity hashes cheaper than its lease token, whose first hash is computed from its bytes).
+        self.held: dict[JobContext, Held] = {}
         # The worker's `error` hook (Worker's on_error).
         self.on_error: ErrorHook | None = None
 
     def hold(self, ctx: JobContext, spec: HandlerSpec | None, deadline: float) -> Held:
         held = Held(ctx, spec, deadline)
-        self.held[ctx.lease_token] = held
+        self.held[ctx] = held
         return held
 
     def on_cancel(self, job_id: int) -> None:
@@ -82,7 +83,7 @@ class Leases:
         for h in held:
             token = h.ctx.lease_token
             if token not in alive:
-                if token in self.held and not self._outcome_pending(token):
+                if h.ctx in self.held and not self._outcome_pending(h.ctx):
                     h.ctx.lease_lost.set()
                     h.ctx.cancelled.set()
             elif alive[token]:
@@ -112,4 +113,4 @@ class Leases:
         if remaining:
             log.warning("job leases left to expire", count=len(remaining), ids=[c.id for c in remaining][:20])
         for ctx in contexts:
-            self.held.pop(ctx.lease_token, None)
+            self.held.pop(ctx, None)

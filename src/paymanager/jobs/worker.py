@@ -574,7 +574,7 @@ class Worker:
             # The job's slot in the queue's global concurrency frees with its completion, which the
             # queue's next claim writes before it counts the slots: that claim may go now.
             self._maybe_work[ctx.queue] = True
-        held = self._held.get(ctx.lease_token)
+        held = self._held.get(ctx)
         if held is not None:
             held.task = None
         self._wake.set()
@@ -583,7 +583,7 @@ class Worker:
         """The attempts' outcomes are written (or their leases are gone): they are no longer held.
         `woken`: completions whose statement woke their globally limited queues' workers."""
         for ctx in contexts:
-            held = self._held.pop(ctx.lease_token, None)
+            held = self._held.pop(ctx, None)
             if held is not None and held.task is not None:
                 # Still counted as running: the slot frees here (lease lost, or completed in its tx).
                 self._free[held.ctx.queue] += 1

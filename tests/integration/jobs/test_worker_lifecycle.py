@@ -33,7 +33,7 @@ from tests.support.waiting import now_true, wait_for_lock_waiters, wait_for_stat
 
 
 def holds(worker: Any, job_id: int) -> list[Any]:
-    """The worker's holds on attempts of `job_id` (held by lease token: one job may have two)."""
+    """The worker's holds on attempts of `job_id` (held by attempt: one job may have two)."""
     return [held for held in worker._held.values() if held.ctx.id == job_id]
 
 
@@ -84,9 +84,7 @@ async def test_a_job_reclaimed_while_its_refused_completion_is_settled_stays_hel
     job = await enqueue(pool, "k", {})
     await asyncio.wait_for(attempt_two.wait(), 15)
     # Until the claim settled the refused completion of attempt 1 that it carried.
-    await wait_until(
-        lambda: now_true(not worker._completer.is_pending(runs[0].lease_token) and not _pending(worker))
-    )
+    await wait_until(lambda: now_true(not worker._completer.is_pending(runs[0]) and not _pending(worker)))
     assert await job_state(pool, job.id) == "running"
     problems = []
     if [held.ctx for held in holds(worker, job.id)] != [runs[1]]:
@@ -134,9 +132,7 @@ async def test_a_job_reclaimed_while_its_first_attempt_still_runs_keeps_the_seco
     first, second = contexts
     await worker.heartbeat()
     release_first.set()  # attempt 1 ends; its completion is refused
-    await wait_until(
-        lambda: now_true(not worker._completer.is_pending(first.lease_token) and not _pending(worker))
-    )
+    await wait_until(lambda: now_true(not worker._completer.is_pending(first) and not _pending(worker)))
     problems = []
     if not first.lease_lost.is_set():
         problems.append("attempt 1 was never told that its lease is gone")
