@@ -57,6 +57,13 @@ class Job:
     waited_s: float | None = None
 
     @classmethod
+    def from_claim_row(cls, row: asyncpg.Record) -> Job:
+        """A row of the plain claim statements (job_claim_batch, job_claim, job_claim_queue), whose
+        columns are `claimed` and then this class's fields, in order (a test holds them to it): by
+        position, half the cost of thirteen look-ups by name, once per claimed job."""
+        return cls(*row[1:])
+
+    @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
         # Positional: one Job per claimed job, and keyword arguments cost more.
         return cls(
@@ -110,7 +117,7 @@ async def claim(db: Executor, params: ClaimParams) -> Claimed:
         completed: set[int] = set()
         for row in rows:
             if row["claimed"]:
-                jobs.append(Job.from_row(row))
+                jobs.append(Job.from_claim_row(row))
             else:
                 completed.add(row["id"])
         return Claimed(jobs, completed)
@@ -120,7 +127,7 @@ async def claim(db: Executor, params: ClaimParams) -> Claimed:
         )
     else:
         rows = await db.fetch(Q["job_claim"], p.queues, p.wanted, p.owner, p.lease_ms, p.quick_commit)
-    return Claimed([Job.from_row(row) for row in rows], set())
+    return Claimed([Job.from_claim_row(row) for row in rows], set())
 
 
 def _results(completions: Sequence[Completion]) -> list[Any] | None:

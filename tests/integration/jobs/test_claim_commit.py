@@ -16,6 +16,7 @@ import asyncpg
 
 from paymanager.jobs import JobContext, NewJob, Registry, enqueue, enqueue_many
 from paymanager.jobs._queries import Q
+from paymanager.jobs._store import Job
 from tests.integration.jobs.conftest import FAST, StartWorker, wait_until
 from tests.support.locks import finishes_without_waiting
 
@@ -149,6 +150,8 @@ async def test_the_idle_claims_and_the_batch_claim_take_the_same_jobs(pool: asyn
             rows = [row for call in calls for row in await conn.fetch(Q[statement], *call)]
             taken[statement] = sorted((r["queue"], r["priority"], r["attempt"], r["claimed"]) for r in rows)
             assert {tuple(r.keys()) for r in rows} == {CLAIMED_COLUMNS}, statement
+            # The worker reads these rows by position (Job.from_claim_row).
+            assert [Job.from_claim_row(r) for r in rows] == [Job.from_row(r) for r in rows], statement
             await transaction.rollback()
     assert taken["job_claim"] == taken["job_claim_batch"] == taken["job_claim_queue"]
     assert taken["job_claim_batch_deleting"] == taken["job_claim_batch"]
@@ -161,6 +164,10 @@ CLAIMED_COLUMNS = (
     "claimed", "id", "queue", "kind", "payload", "priority", "attempt", "max_attempts", "backoff",
     "timeout_ms", "lease_token", "parent_id", "cancel_requested", "waited_s",
 )  # fmt: skip
+
+
+def test_the_claimed_columns_are_the_claim_row_fields_in_order() -> None:
+    assert CLAIMED_COLUMNS[1:] == tuple(field.name for field in dataclasses.fields(Job))
 
 
 async def test_a_claim_starts_its_jobs_before_it_settles_the_completions_it_wrote(
