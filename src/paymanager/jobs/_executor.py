@@ -37,6 +37,7 @@ from paymanager.jobs.options import WorkerOptions
 from paymanager.jobs.registry import HandlerSpec
 from paymanager.jobs.states import JobState
 from paymanager.logging import get_logger
+from paymanager.tracing import enabled as tracing_enabled
 from paymanager.tracing import job_span, without_trace
 
 log = get_logger("paymanager.jobs.executor")
@@ -111,7 +112,14 @@ class JobExecutor:
                     self._wake_runner()
                 held.task = task
                 try:
-                    yield from _in_context(self.run(ctx, held, backoff), contextvars.copy_context())
+                    coro, context = self.run(ctx, held, backoff), contextvars.copy_context()
+                    try:
+                        # Its first step here: most jobs end in it, and need no more than this.
+                        yielded = context.run(coro.send, None)
+                    except StopIteration:
+                        pass
+                    else:
+                        yield from _in_context(coro, context, yielded)
                 finally:
                     held.task = None
                     # A cancel aimed at that job (its timeout, a stop) is spent: the runner is not.
@@ -158,11 +166,13 @@ class JobExecutor:
             try:
                 try:
                     try:
-                        with job_span(ctx.kind, ctx.id, ctx.queue, ctx.attempt, ctx.payload):
-                            if spec is not None and spec.is_plain_async:
-                                value = await spec.handler(ctx)
-                            else:
+                        if tracing_enabled():
+                            with job_span(ctx.kind, ctx.id, ctx.queue, ctx.attempt, ctx.payload):
                                 value = await self._call(ctx, spec)
+                        elif spec is not None and spec.is_plain_async:
+                            value = await spec.handler(ctx)
+                        else:
+                            value = await self._call(ctx, spec)
                     finally:
                         metrics.RUN_SECONDS.observe(ctx.queue, time.perf_counter() - started)
                 except asyncio.CancelledError:
@@ -242,18 +252,19 @@ class JobExecutor:
 
 
 @types.coroutine
-def _in_context(coro: Coroutine[Any, Any, None], context: contextvars.Context) -> Generator[Any, Any, None]:
-    """Await `coro` with each of its steps run in `context`: what `yield from coro` does, but in a
-    context of the job's own, as a task of its own would run it. What the coroutine yields (a future
-    it waits on) goes to the runner's task; what the task sends or throws back goes to `coro`."""
-    value: Any = None
-    error: BaseException | None = None
+def _in_context(
+    coro: Coroutine[Any, Any, None], context: contextvars.Context, yielded: Any
+) -> Generator[Any, Any, None]:
+    """Go on awaiting `coro`, whose first step (run in `context`) yielded `yielded`, with each of its
+    next steps run in `context`: what `yield from coro` does, but in a context of the job's own, as
+    a task of its own would run it. What the coroutine yields (a future it waits on) goes to the
+    runner's task; what the task sends or throws back goes to `coro`."""
     while True:
-        try:
-            yielded = context.run(coro.send, value) if error is None else context.run(coro.throw, error)
-        except StopIteration:
-            return
         try:
             value, error = (yield yielded), None
         except BaseException as exc:  # relayed into the coroutine, as a task would
             value, error = None, exc
+        try:
+            yielded = context.run(coro.send, value) if error is None else context.run(coro.throw, error)
+        except StopIteration:
+            return

@@ -280,11 +280,19 @@ async def test_what_a_handler_sets_in_a_contextvar_stays_with_its_job(
         await asyncio.sleep(0)
         seen.append(var.get())
 
+    @registry.handler("sets_and_ends")
+    async def sets_and_ends(ctx: JobContext) -> None:
+        # Ends in its first step, which the runner runs without a step of its own.
+        seen.append(var.get())
+        var.set(f"job {ctx.id}")
+
     await start_worker(registry, {"default": 1})
-    jobs = [await registry.enqueue(pool, "sets", {}) for _ in range(3)]
+    kinds = ("sets", "sets_and_ends") * 3
+    jobs = [await registry.enqueue(pool, kind, {}) for kind in kinds]
     for job in jobs:
         await wait_state(pool, job.id, "completed")
-    assert seen == [x for job in jobs for x in (None, f"job {job.id}")]
+    expected = [[None, f"job {j.id}"] if k == "sets" else [None] for j, k in zip(jobs, kinds, strict=True)]
+    assert seen == [x for each in expected for x in each]
 
 
 async def test_a_batch_of_waiting_jobs_runs_at_once_on_as_many_tasks(
