@@ -68,8 +68,6 @@ class Completer:
         # two attempts of one job, the first one's lease lost), by their contexts.
         self._pending: set[JobContext] = set()
         self._ready = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._background: set[asyncio.Task[None]] = set()
         self._completed_events: list[JobEvent] = []
         self._flushing = asyncio.Lock()
@@ -87,7 +85,6 @@ class Completer:
         else:
             self._failures.append((ctx, outcome))
         self._pending.add(ctx)
-        self._idle.clear()
         self._ready.set()
 
     def published_completion(self, ctx: JobContext) -> None:
@@ -118,7 +115,6 @@ class Completer:
                 await asyncio.sleep(0)
             while self._completions or self._failures:
                 await self.flush()
-            self._idle.set()
 
     async def drain(self) -> None:
         """Write everything pending (at shutdown)."""

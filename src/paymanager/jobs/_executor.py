@@ -158,8 +158,10 @@ class JobExecutor:
     async def run(self, ctx: JobContext, held: Held, backoff: JsonObject | None) -> None:
         # One coroutine per job, the accounting around the attempt inline: each job's coroutines
         # and frames are the worker's own cost per job (docs/BENCHMARKS.md, "The worker's Python").
+        if not self._running:
+            # Set only while no job runs or waits: with one running, it is clear already.
+            self._ended.clear()
         self._running += 1
-        self._ended.clear()
         try:
             spec = held.spec
             started = time.perf_counter()

@@ -52,11 +52,6 @@ class Leases:
         # The worker's `error` hook (Worker's on_error).
         self.on_error: ErrorHook | None = None
 
-    def hold(self, ctx: JobContext, spec: HandlerSpec | None, deadline: float) -> Held:
-        held = Held(ctx, spec, deadline)
-        self.held[ctx] = held
-        return held
-
     def on_cancel(self, job_id: int) -> None:
         """A cancel was requested for `job_id` (NOTIFY): its running attempts see it."""
         for held in self.held.values():

@@ -185,9 +185,10 @@ class LimitedQueues:
             # The others' polls find the free slot.
             log.warning("waking a limited queue's workers failed", queues=queues, error=str(exc))
 
-    def is_capped(self, queue: str) -> bool:
-        """Whether `queue` has a global concurrency."""
-        return queue in self._wake_on_finish
+    @property
+    def capped(self) -> frozenset[str]:
+        """The queues with a global concurrency."""
+        return self._wake_on_finish
 
     @property
     def wakes_on_finish(self) -> bool:

@@ -6,8 +6,8 @@ the sum over the cluster's processes is the number of outcomes in the table."""
 
 from __future__ import annotations
 
-import bisect
 import itertools
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
@@ -72,7 +72,7 @@ class QueueHistogram(Collector):
         if series is None:
             series = self._series[queue] = _Series(len(self._labels))
         # `le` buckets: a value equal to a bound counts in that bound's bucket.
-        series.counts[bisect.bisect_left(self._bounds, seconds)] += 1
+        series.counts[bisect_left(self._bounds, seconds)] += 1
         series.total += seconds
 
     def collect(self) -> Iterator[HistogramMetricFamily]:

@@ -551,7 +551,7 @@ class Worker:
         if self._options.active_events:
             self._announce_active(JobEvent("active", job.id, job.kind, job.queue, job.attempt))
         timeout_ms = job.timeout_ms or (spec.timeout_ms if spec else None) or self._options.default_timeout_ms
-        held = self._leases.hold(ctx, spec, time.monotonic() + timeout_ms / 1000)
+        held = self._held[ctx] = Held(ctx, spec, time.monotonic() + timeout_ms / 1000)
         return ctx, held, job.backoff
 
     def _announce_active(self, event: JobEvent) -> None:
@@ -570,7 +570,7 @@ class Worker:
         """Hand the outcome to the completer and free the slot (the job stays held until written)."""
         self._completer.add(ctx, outcome)
         self._free[ctx.queue] += 1
-        if isinstance(outcome, Completion) and self._limited.is_capped(ctx.queue):
+        if isinstance(outcome, Completion) and ctx.queue in self._limited.capped:
             # The job's slot in the queue's global concurrency frees with its completion, which the
             # queue's next claim writes before it counts the slots: that claim may go now.
             self._maybe_work[ctx.queue] = True
