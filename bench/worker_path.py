@@ -19,6 +19,7 @@ tree round by round, and prints this tree / that tree per round and the median.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import statistics
 import subprocess
@@ -56,12 +57,17 @@ async def per_job_us(batches: int) -> float:
             for b in range(batches)
         ]  # fmt: skip
         executor, completer = worker._executor, worker._completer
+        # A tree before 2026-12-06 starts one job per call (`--against` runs older trees).
+        starts_all = len(inspect.signature(executor.start).parameters) == 1
         started = time.perf_counter()
         for jobs in rows:
             worker._free["bench"] -= BATCH
             starts, _ = worker._claimed(Claimed(jobs, set()), ["bench"], [BATCH], {"bench": 0})
-            for start in starts:
-                executor.start(*start)
+            if starts_all:
+                executor.start(starts)
+            else:
+                for start in starts:
+                    executor.start(*start)
             await executor.wait_ended(10)
             batch = completer.take_completions()
             await completer.settled(batch, {completion.id for _, completion in batch})

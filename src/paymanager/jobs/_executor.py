@@ -20,7 +20,7 @@ import contextvars
 import time
 import types
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -41,6 +41,9 @@ from paymanager.tracing import enabled as tracing_enabled
 from paymanager.tracing import job_span, without_trace
 
 log = get_logger("paymanager.jobs.executor")
+
+# A claimed job, held but not started: its context, its hold and its backoff (as stored).
+Ready = tuple[JobContext, Held, JsonObject | None]
 
 # How often handler timeouts are checked: one timer for all jobs instead of one per job, so a timeout
 # fires up to this late.
@@ -71,7 +74,7 @@ class JobExecutor:
         self._threads = ThreadPoolExecutor(options.sync_threads, thread_name_prefix="job-sync")
         # Started jobs no runner has taken yet, the idle runners' wake-up futures, the runners woken
         # (or made) that have not taken a job yet, and every runner.
-        self._ready: deque[tuple[JobContext, Held, JsonObject | None]] = deque()
+        self._ready: deque[Ready] = deque()
         self._idle: list[asyncio.Future[None]] = []
         self._waking = 0
         self._runners: set[asyncio.Task[None]] = set()
@@ -82,9 +85,11 @@ class JobExecutor:
         self._ended.set()
         self._closing = False
 
-    def start(self, ctx: JobContext, held: Held, backoff: JsonObject | None) -> None:
-        """Run the job on a runner (it starts within a loop turn or two; `Held.task` is set then)."""
-        self._ready.append((ctx, held, backoff))
+    def start(self, jobs: Sequence[Ready]) -> None:
+        """Run the jobs on runners (each starts within a loop turn or two; `Held.task` is set then)."""
+        if not jobs:
+            return
+        self._ready.extend(jobs)
         self._ended.clear()
         if not self._waking:
             self._wake_runner()

@@ -22,7 +22,7 @@ from paymanager.db.database import Database, over_pool
 from paymanager.db.pool import Pool
 from paymanager.jobs import metrics
 from paymanager.jobs._completer import Completer
-from paymanager.jobs._executor import JobExecutor
+from paymanager.jobs._executor import JobExecutor, Ready
 from paymanager.jobs._leases import Held, Leases
 from paymanager.jobs._limits import LimitedQueues
 from paymanager.jobs._listener import Listener
@@ -33,7 +33,6 @@ from paymanager.jobs._store import (
     Claimed,
     ClaimParams,
     Job,
-    JsonObject,
     claim,
     decodes_json,
     promote_due,
@@ -55,10 +54,6 @@ CLAIM_RETRY_DELAY_S = 0.5
 # job_claim_batch); the database is not failing then, and a pause would only stall the claims.
 LOCK_ERRORS = (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError)
 DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
-
-
-# A claimed job, held but not started: its context, its hold and its backoff (as stored).
-_Claimed = tuple[JobContext, Held, JsonObject | None]
 
 
 class Worker:
@@ -447,8 +442,7 @@ class Worker:
             return
         got = len(claim.jobs)
         self._free[queue] += wanted - got
-        for job in claim.jobs:
-            self._executor.start(*self._hold(job))
+        self._executor.start([self._hold(job) for job in claim.jobs])
         if batch:
             # After the starts, as in `_claim`: settling may wait (events sent to Redis). Before the
             # decision below: settling marks the completed jobs' capped queues as having a free
@@ -498,8 +492,7 @@ class Worker:
         # fetch loop waits for its claims: then every job gets its own task).
         task = asyncio.current_task()
         inline = bool(starts) and not batch and not self._stopping and task in self._claims
-        for start in starts[1:] if inline else starts:
-            self._executor.start(*start)
+        self._executor.start(starts[1:] if inline else starts)
         if batch:
             await self._completer.settled(batch, done)
         if inline:
@@ -516,11 +509,11 @@ class Worker:
 
     def _claimed(
         self, claimed: Claimed, queues: list[str], wanted: list[int], seen: dict[str, int]
-    ) -> tuple[list[_Claimed], set[int]]:
+    ) -> tuple[list[Ready], set[int]]:
         """Record what the claim got: the claimed jobs, held but not started, and the ids the
         statement completed."""
         got: dict[str, int] = dict.fromkeys(queues, 0)
-        starts: list[_Claimed] = []
+        starts: list[Ready] = []
         for job in claimed.jobs:
             got[job.queue] += 1
             starts.append(self._hold(job))
@@ -534,7 +527,7 @@ class Worker:
         self._wake.set()
         return starts, claimed.completed
 
-    def _hold(self, job: Job) -> _Claimed:
+    def _hold(self, job: Job) -> Ready:
         """The claimed job's context, held (its slot taken, its timeout running); not started yet."""
         spec = self._registry.get(job.kind)
         max_attempts = job.max_attempts or (spec.max_attempts if spec else None)
