@@ -161,8 +161,9 @@ class JobExecutor:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def run(self, ctx: JobContext, held: Held, backoff: JsonObject | None) -> None:
-        # One coroutine per job, the accounting around the attempt inline: each job's coroutines
-        # and frames are the worker's own cost per job (docs/BENCHMARKS.md, "The worker's Python").
+        # One coroutine per job, the accounting around the attempt inline: each job's coroutines and
+        # frames are the worker's own cost per job (docs/BENCHMARKS.md, "The worker's Python per
+        # job").
         if not self._running:
             # Set only while no job runs or waits: with one running, it is clear already.
             self._ended.clear()
