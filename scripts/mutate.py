@@ -70,9 +70,10 @@ def problems(mutation: Mutation, root: Path = ROOT) -> list[str]:
 def run_tests(mutation: Mutation, workers: int) -> str:
     """`killed` when the tests fail, `SURVIVED` when they pass, `ERROR` when pytest could not run them
     (a usage error, an internal error, no tests collected: a broken entry, not a killed mutation)."""
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header"]
-    if workers > 1:
-        command += ["-n", str(workers)]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header"]
+    # Under xdist, -x ends the run as interrupted (exit 2), which would read as ERROR: stop at the
+    # first failure only without it.
+    command += ["-n", str(workers)] if workers > 1 else ["-x"]
     # The command is ours and the test ids come from the repository's own mutations.toml.
     result = subprocess.run(  # noqa: S603
         [*command, *mutation.tests], cwd=ROOT, capture_output=True, text=True, check=False
