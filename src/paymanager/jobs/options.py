@@ -88,6 +88,12 @@ class WorkerOptions:
     # Only the worker's own completions of jobs without a parent: a flow's child, and a job completed
     # in a handler's own transaction (complete_in), stay `completed` rows for retention.
     delete_completed: bool = False
+    # The process's young-generation collection threshold, raised to this at the worker's start (a
+    # process-wide setting; None leaves it as it is). A claimed job makes about ten short-lived
+    # container objects, and CPython's default (700) runs a young collection every 70 or so jobs;
+    # each collection traverses only the objects still alive, so collecting less often costs no more
+    # per collection and saves most of them (docs/BENCHMARKS.md, "The worker's Python per job").
+    gc_young_threshold: int | None = 5_000
 
     def __post_init__(self) -> None:
         if not self.owner or len(self.owner) > 200:
@@ -104,6 +110,8 @@ class WorkerOptions:
         _within("complete_batch_max", self.complete_batch_max, 1, 10_000)
         _within("claim_pipeline", self.claim_pipeline, 1, 8)
         _within("claim_cooldown_ms", self.claim_cooldown_ms, 0, 10_000)
+        if self.gc_young_threshold is not None:
+            _within("gc_young_threshold", self.gc_young_threshold, 100, 1_000_000)
         _within("default_max_attempts", self.default_max_attempts, 1, ATTEMPTS_MAX)
         _within("default_timeout_ms", self.default_timeout_ms, 1, 86_400_000)
         _within("sync_threads", self.sync_threads, 1, 256)

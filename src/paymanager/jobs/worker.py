@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 
 import asyncpg
@@ -172,6 +173,7 @@ class Worker:
         if not await decodes_json(self._pool):
             # Handlers would get strings, and every outcome's write would fail (retried for ever).
             raise CodecError("the worker's pool decodes jsonb as text")
+        _raise_young_threshold(self._options.gc_young_threshold)
         await self.events.start()
         await self._listener.start()
         await self._limited.load()
@@ -600,3 +602,13 @@ class Worker:
     async def heartbeat(self) -> None:
         """Extend every held lease now (the heartbeat loop does it every heartbeat_interval_ms)."""
         await self._leases.heartbeat()
+
+
+def _raise_young_threshold(threshold: int | None) -> None:
+    """Collect the young generation less often (WorkerOptions.gc_young_threshold); never lowered: a
+    process that set a higher one keeps it."""
+    if threshold is None:
+        return
+    young, *older = gc.get_threshold()
+    if young < threshold:
+        gc.set_threshold(threshold, *older)

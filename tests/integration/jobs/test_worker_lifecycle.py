@@ -1,12 +1,14 @@
 """The worker's hold on each attempt it runs: slots, heartbeats, timeouts, stop and quick commits,
 including an attempt run in its claim's own task and a job claimed again while this worker still
-holds an earlier attempt whose lease it lost."""
+holds an earlier attempt whose lease it lost; and the collector setting a worker makes at start."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -445,3 +447,25 @@ async def test_a_wake_at_the_poll_deadline_neither_stalls_nor_crashes_the_fetch_
     await wait_state(pool, job.id, "completed")
     assert ran == [job.id]
     assert not fetch.done()
+
+
+@pytest.fixture
+def gc_threshold() -> Iterator[tuple[int, ...]]:
+    """The process's collector thresholds, set to CPython's defaults for the test and put back."""
+    saved = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    yield gc.get_threshold()
+    gc.set_threshold(*saved)
+
+
+async def test_a_started_worker_collects_young_objects_less_often_and_never_more(
+    gc_threshold: tuple[int, ...], start_worker: StartWorker
+) -> None:
+    await start_worker(Registry(), {"default": 1}, dataclasses.replace(FAST, gc_young_threshold=None))
+    assert gc.get_threshold() == gc_threshold, "None leaves the process's setting alone"
+    await start_worker(Registry(), {"default": 1}, dataclasses.replace(FAST, gc_young_threshold=5_000))
+    assert gc.get_threshold() == (5_000, 10, 10)
+    await start_worker(Registry(), {"default": 1}, dataclasses.replace(FAST, gc_young_threshold=1_000))
+    assert gc.get_threshold() == (5_000, 10, 10), "a lower threshold is not applied"
+    with pytest.raises(ValueError, match="gc_young_threshold"):
+        dataclasses.replace(FAST, gc_young_threshold=10)
