@@ -161,9 +161,8 @@ class JobExecutor:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def run(self, ctx: JobContext, held: Held, backoff: JsonObject | None) -> None:
-        # One coroutine per job, the accounting around the attempt inline: each job's coroutines and
-        # frames are the worker's own cost per job (docs/BENCHMARKS.md, "The worker's Python per
-        # job").
+        # One coroutine per job, the accounting around the attempt inline: every coroutine and frame
+        # made here is made once per job on the worker's busiest path.
         if not self._running:
             # Set only while no job runs or waits: with one running, it is clear already.
             self._ended.clear()

@@ -61,7 +61,8 @@ class LimitedQueues:
         # The queues claimed by the plain statements, in the worker's order.
         self.plain: list[str] = list(queues)
         self._blocked: dict[str, asyncio.TimerHandle] = {}
-        self._wake_on_finish: frozenset[str] = frozenset()
+        # The queues with a global concurrency: a job of one that stops running here wakes its workers.
+        self.capped: frozenset[str] = frozenset()
         self._finished: set[str] = set()
         self._loading: asyncio.Task[None] | None = None
         self._load_again = False
@@ -97,7 +98,7 @@ class LimitedQueues:
         changed = set(limits) ^ set(self.limits)
         self.limits = limits
         self.plain = [q for q in self._queues if q not in limits]
-        self._wake_on_finish = frozenset(q for q, lim in limits.items() if lim.concurrency_max is not None)
+        self.capped = frozenset(q for q, lim in limits.items() if lim.concurrency_max is not None)
         for row in rows:
             if row.paused_ms:
                 self.block(row.queue, row.paused_ms)
@@ -163,7 +164,7 @@ class LimitedQueues:
         """A job of `queue` stopped running here: if the queue has a global concurrency, its
         workers everywhere are woken (once per turn of the loop for all such queues), unless the
         statement that wrote its outcome woke them (`woken`: the completions). True then."""
-        if queue not in self._wake_on_finish:
+        if queue not in self.capped:
             return False
         if woken:
             return True
@@ -186,13 +187,8 @@ class LimitedQueues:
             log.warning("waking a limited queue's workers failed", queues=queues, error=str(exc))
 
     @property
-    def capped(self) -> frozenset[str]:
-        """The queues with a global concurrency."""
-        return self._wake_on_finish
-
-    @property
     def wakes_on_finish(self) -> bool:
-        return bool(self._wake_on_finish)
+        return bool(self.capped)
 
     async def close(self) -> None:
         for timer in self._blocked.values():

@@ -17,7 +17,7 @@ TRACE_CHARS_MAX = 4_000
 
 
 # Not frozen: one is made per job completed, and a frozen dataclass's __init__ sets each field through
-# object.__setattr__, several times the cost of a plain one.
+# object.__setattr__.
 @dataclass(slots=True)
 class Completion:
     id: int

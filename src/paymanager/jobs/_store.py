@@ -59,8 +59,8 @@ class Job:
     @classmethod
     def from_claim_row(cls, row: asyncpg.Record) -> Job:
         """A row of the plain claim statements (job_claim_batch, job_claim, job_claim_queue), whose
-        columns are `claimed` and then this class's fields, in order (a test holds them to it): by
-        position, half the cost of thirteen look-ups by name, once per claimed job."""
+        columns are `claimed` and then this class's fields, in order (a test holds them to it): read
+        by position, not by name, as it runs once per claimed job."""
         return cls(*row[1:])
 
     @classmethod

@@ -89,10 +89,9 @@ class WorkerOptions:
     # in a handler's own transaction (complete_in), stay `completed` rows for retention.
     delete_completed: bool = False
     # The process's young-generation collection threshold, raised to this at the worker's start (a
-    # process-wide setting; None leaves it as it is). A claimed job makes about ten short-lived
-    # container objects, and CPython's default (700) runs a young collection every 70 or so jobs;
-    # each collection traverses only the objects still alive, so collecting less often costs no more
-    # per collection and saves most of them (docs/BENCHMARKS.md, "The worker's Python per job").
+    # process-wide setting; None leaves it as it is). Every claimed job makes several short-lived
+    # container objects, so CPython's default (700) collects every few dozen jobs; a collection
+    # traverses only the objects still alive, so collecting less often makes each one no dearer.
     gc_young_threshold: int | None = 5_000
 
     def __post_init__(self) -> None:
