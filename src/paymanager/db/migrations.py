@@ -33,9 +33,9 @@ MIGRATIONS_PACKAGE = "paymanager.db.versions"
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # The job engine's migrations: `paymanager.jobs.migrate` applies these alone (a library user's
 # database needs no ledger or payments tables); they refer to no table outside the set. Its range,
-# and 0615, 0617 and 0618, which changed job_claim_limited from the operability range (tests/unit/
-# test_migration_ranges.py finds any other migration that defines a job* object).
-JOB_ENGINE_VERSIONS = frozenset(range(100, 200)) | {615, 617, 618}
+# and 0615, 0617, 0618 and 0619, which changed job_claim_limited from the operability range (tests/
+# unit/test_migration_ranges.py finds any other migration that defines a job* object).
+JOB_ENGINE_VERSIONS = frozenset(range(100, 200)) | {615, 617, 618, 619}
 # Any fixed 64-bit number works; this one spells "pm-migrate" loosely and is used by nothing else.
 _MIGRATION_LOCK_KEY = 0x706D5F6D69677261
 

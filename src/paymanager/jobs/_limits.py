@@ -1,20 +1,22 @@
 """A worker's view of its queues' cluster-wide limits: rate limits, global concurrency, pauses.
 
 The limits live on the queues' rows (job_queue, migration 0110), where every process reads them. A
-queue with a limit is claimed by `job_claim_limited` alone (the plain claim statements skip it), one
-claim at a time per process; a queue without is claimed by the plain statements and pays nothing for
-the feature. The view is loaded at start, again when a setting changes (NOTIFY on pm_job_queue), when
-the LISTEN connection comes back, and at every poll while any of its queues has limits (a pause
-asked by a handler ends without a notification).
+queue with a limit is claimed by `job_claim_limited_take` alone (the plain claim statements skip it),
+one claim at a time per process: taken along by the worker's next plain claim while those go out
+(job_claim_batch_limited), else by a claim of its own (job_claim_limited, here); a queue without is
+claimed by the plain statements and pays nothing for the feature. The view is loaded at start, again
+when a setting changes (NOTIFY on pm_job_queue), when the LISTEN connection comes back, and at every
+poll while any of its queues has limits (a pause asked by a handler ends without a notification).
 
 A queue that may not start jobs before some time (its rate window spent, or a handler's
 RateLimitedError paused it) is blocked until then by a timer: no claim goes out for it meanwhile, and
 the timer wakes the worker when the window opens. A queue at its global concurrency is not claimed
 again until a slot frees: a job of it that completes here is written by the queue's next claim
-(job_claim_limited completes first, then counts), which goes at once; elsewhere a NOTIFY says so.
-The statements that write completions send it with their commit (job_claim_batch,
-job_complete_many, and job_claim_limited when its claim left a slot free), and the process that
-wrote any other outcome sends one (`finished`).
+(both limited claims complete first, then count), which goes at once, or with the next plain claim
+when one is in flight; elsewhere a NOTIFY says so. The statements that write completions send it
+with their commit (job_claim_batch, job_complete_many, and the limited claims for the queues they
+take when the claim left a slot free), and the process that wrote any other outcome sends one
+(`finished`).
 """
 
 from __future__ import annotations

@@ -89,6 +89,10 @@ class ClaimParams:
     notify_completed: bool = True
     # The completions delete their jobs' rows (job_claim_batch_deleting): no parent among them.
     delete_completed: bool = False
+    # Queues with limits claimed by the same statement, after the completions, up to
+    # `limited_wanted[i]` jobs each within their limits (job_claim_batch_limited).
+    limited: Sequence[str] = ()
+    limited_wanted: Sequence[int] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +100,9 @@ class Claimed:
     jobs: list[Job]
     # The ids the claim's statement completed (of `ClaimParams.completions`).
     completed: set[int]
+    # The limited queues of the claim held back: for how many ms their limits start nothing more,
+    # or None for a queue being claimed by another process at that moment (try it again).
+    held_back: dict[str, int | None] = field(default_factory=dict)
 
 
 async def claim(db: Executor, params: ClaimParams) -> Claimed:
@@ -106,6 +113,8 @@ async def claim(db: Executor, params: ClaimParams) -> Claimed:
     delete their jobs), `job_claim_queue` for an idle worker's
     claim from one queue, `job_claim` for one from several."""
     p = params
+    if p.limited:
+        return await _claim_with_limited(db, p)
     if p.completions:
         rows = await db.fetch(
             Q["job_claim_batch_deleting" if p.delete_completed else "job_claim_batch"],
@@ -128,6 +137,29 @@ async def claim(db: Executor, params: ClaimParams) -> Claimed:
     else:
         rows = await db.fetch(Q["job_claim"], p.queues, p.wanted, p.owner, p.lease_ms, p.quick_commit)
     return Claimed([Job.from_claim_row(row) for row in rows], set())
+
+
+async def _claim_with_limited(db: Executor, p: ClaimParams) -> Claimed:
+    rows = await db.fetch(
+        Q["job_claim_batch_limited_deleting" if p.delete_completed else "job_claim_batch_limited"],
+        p.queues, p.wanted, p.owner, p.lease_ms,
+        [c.id for c in p.completions], [c.token for c in p.completions],
+        _results(p.completions), p.notify_completed, p.quick_commit and not p.completions,
+        p.limited, p.limited_wanted,
+    )  # fmt: skip
+    jobs: list[Job] = []
+    completed: set[int] = set()
+    held_back: dict[str, int | None] = {}
+    for row in rows:
+        if row["claimed"]:
+            # Job's fields, then retry_after_ms.
+            jobs.append(Job(*row[1:-1]))
+        elif row["id"] is not None:
+            completed.add(row["id"])
+        else:
+            retry_after_ms = row["retry_after_ms"]
+            held_back[row["queue"]] = None if retry_after_ms is None else int(retry_after_ms)
+    return Claimed(jobs, completed, held_back)
 
 
 def _results(completions: Sequence[Completion]) -> list[Any] | None:

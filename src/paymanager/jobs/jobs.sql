@@ -146,8 +146,9 @@ SELECT i.id FROM inserted AS i WHERE (SELECT count(*) FROM woken) >= 0 AND (SELE
 -- each queue $1[i], up to $2[i] available jobs for owner $3, each with a
 -- fresh lease token and a lease of $4 ms. Returns claimed rows (`claimed` true) and the ids of the
 -- completed ones (`claimed` false). A queue that is paused, or has a limit (a rate, a global
--- concurrency, a pause asked by a handler), is not claimed here but by job_claim_limited: the row
--- read is the same one a paused queue needs, so a queue without limits pays nothing more.
+-- concurrency, a pause asked by a handler), is not claimed here but by job_claim_limited_take (in
+-- this statement's limited form, job_claim_batch_limited in _queries.py, or job_claim_limited): the
+-- row read is the same one a paused queue needs, so a queue without limits pays nothing more.
 -- `id = ANY(ARRAY(...))` makes the planner update by primary key;
 -- a join on the CTE let it hash-join a scan of the whole table. A completion matches on id and lease
 -- token only: a token is held by a running job alone (CHECK job_lease_iff_running), and with

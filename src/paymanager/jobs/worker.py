@@ -99,10 +99,13 @@ class Worker:
         # `active` events waiting for their one publish per loop turn (WorkerOptions.active_events).
         self._active: list[JobEvent] = []
         self._publishing: set[asyncio.Task[None]] = set()
-        # Queues with cluster-wide limits are claimed apart (`_launch_limited_claims`); `plain` is
-        # the rest, the queues the plain claims serve.
+        # Queues with cluster-wide limits are claimed within them: by the plain claims' statement
+        # while those go out (`_reserve_limited`), else by a claim of their own
+        # (`_launch_limited_claims`); `plain` is the rest, the queues the plain claims serve.
         self._limited = LimitedQueues(pool, list(queues), self._limits_changed)
         self._limited_claims: dict[str, asyncio.Task[None]] = {}
+        # Limited queues in a plain claim in flight: one claim of a queue at a time.
+        self._riding: set[str] = set()
         self._maybe_work = dict.fromkeys(queues, True)
         self._notified = dict.fromkeys(queues, 0)
         self._wake = asyncio.Event()
@@ -281,9 +284,10 @@ class Worker:
                 await self._poll_tick()
                 next_poll = time.monotonic() + poll_s
             self._wake.clear()
+            launched = self._launch_claim()
             if self._limited.limits:
                 self._launch_limited_claims()
-            if self._launch_claim():
+            if launched:
                 continue
             # asyncio.timeout, not wait_for: wait_for wraps the wait in a new task on every wake-up
             # (Python 3.11), and the fetch loop wakes for every job that ends.
@@ -323,8 +327,9 @@ class Worker:
         if not (listener or self._idle_conns) or self._cooling_down():
             return False
         queues, wanted = self._reserve()
+        limited, limited_wanted = self._reserve_limited() if self._limited.limits else ([], [])
         conn: PinnedConnection | Listener = self._listener if listener else self._idle_conns.pop()
-        task = asyncio.create_task(self._claim(conn, queues, wanted))
+        task = asyncio.create_task(self._claim(conn, queues, wanted, limited, limited_wanted))
         self._claims.add(task)
         task.add_done_callback(self._claim_done)
         return True
@@ -393,19 +398,35 @@ class Worker:
                 budget -= n
         return queues, wanted
 
+    def _limited_ready(self) -> list[str]:
+        """The limited queues a claim may go out for: work maybe, free slots, not blocked, and no
+        claim of theirs in flight (their claims are serialised in the database anyway)."""
+        return [
+            queue
+            for queue in self._limited.limits
+            if queue not in self._limited_claims
+            and queue not in self._riding
+            and self._free[queue] > 0
+            and self._maybe_work[queue]
+            and not self._limited.is_blocked(queue)
+        ]
+
+    def _reserve_limited(self) -> tuple[list[str], list[int]]:
+        """Take the free slots of the limited queues ready for a claim, for the plain claim going
+        out: its statement claims them too, within their limits (job_claim_batch_limited)."""
+        queues = self._limited_ready()
+        wanted = [min(self._free[q], self._options.claim_batch_max) for q in queues]
+        for queue, n in zip(queues, wanted, strict=True):
+            self._free[queue] -= n
+            self._riding.add(queue)
+        return queues, wanted
+
     def _launch_limited_claims(self) -> None:
-        """Start a claim for each limited queue that may have work, has free slots and is not
-        blocked, one claim in flight per queue: their claims are serialised in the database anyway."""
-        if self._stopping or self._completer.pending > PENDING_OUTCOMES_MAX:
+        """Start a claim of its own for each limited queue ready for one, when no plain claim is in
+        flight: else the next plain claim, due when that one is back, takes the queue with it."""
+        if self._stopping or self._claims or self._completer.pending > PENDING_OUTCOMES_MAX:
             return
-        for queue in self._limited.limits:
-            if (
-                queue in self._limited_claims
-                or self._free[queue] <= 0
-                or not self._maybe_work[queue]
-                or self._limited.is_blocked(queue)
-            ):
-                continue
+        for queue in self._limited_ready():
             wanted = min(self._free[queue], self._options.claim_batch_max)
             self._free[queue] -= wanted
             task = asyncio.create_task(self._claim_limited(queue, wanted))
@@ -462,20 +483,29 @@ class Worker:
         if isinstance(conn, PinnedConnection):
             self._idle_conns.append(conn)
 
-    async def _claim(self, conn: PinnedConnection | Listener, queues: list[str], wanted: list[int]) -> None:
+    async def _claim(
+        self,
+        conn: PinnedConnection | Listener,
+        queues: list[str],
+        wanted: list[int],
+        limited: list[str],
+        limited_wanted: list[int],
+    ) -> None:
         """Claim into the reserved slots, writing pending completions in the same statement."""
-        seen = {q: self._notified[q] for q in queues}
+        seen = {q: self._notified[q] for q in (*queues, *limited)}
         batch = self._completer.take_completions()
         params = ClaimParams(
             queues, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit,
             [c for _, c in batch], self.events.notify_completed, self._deletes(batch),
+            limited, limited_wanted,
         )  # fmt: skip
         try:
             claimed = await claim(conn, params)
         except BaseException as exc:
             self._completer.put_back(batch)
-            for queue, n in zip(queues, wanted, strict=True):
+            for queue, n in zip((*queues, *limited), (*wanted, *limited_wanted), strict=True):
                 self._free[queue] += n
+            self._riding.difference_update(limited)
             if not isinstance(exc, DB_ERRORS):
                 self._give_back(conn)
                 raise
@@ -487,7 +517,7 @@ class Worker:
             self._wake.set()
             return
         self._give_back(conn)
-        starts, done = self._claimed(claimed, queues, wanted, seen)
+        starts, done = self._claimed(claimed, queues, wanted, seen, limited, limited_wanted)
         # An idle worker's claim (nothing completed with it) runs its first job in its own task: a
         # new task would cost the enqueue-to-start path a task and a loop turn.
         # From then on the task is that job's, no longer a claim in flight (a stopping worker's
@@ -510,11 +540,19 @@ class Worker:
         return self._completer.delete_completed and all(ctx.parent_id is None for ctx, _ in batch)
 
     def _claimed(
-        self, claimed: Claimed, queues: list[str], wanted: list[int], seen: dict[str, int]
+        self,
+        claimed: Claimed,
+        queues: list[str],
+        wanted: list[int],
+        seen: dict[str, int],
+        limited: list[str],
+        limited_wanted: list[int],
     ) -> tuple[list[Ready], set[int]]:
         """Record what the claim got: the claimed jobs, held but not started, and the ids the
         statement completed."""
         got: dict[str, int] = dict.fromkeys(queues, 0)
+        if limited:
+            got.update(dict.fromkeys(limited, 0))
         starts: list[Ready] = []
         for job in claimed.jobs:
             got[job.queue] += 1
@@ -526,8 +564,32 @@ class Worker:
             # Fewer than asked: the queue is drained, unless a NOTIFY arrived while we asked.
             if got[queue] < n and self._notified[queue] == seen[queue]:
                 self._maybe_work[queue] = False
+        if limited:
+            self._limited_claimed(claimed, got, limited, limited_wanted, seen)
         self._wake.set()
         return starts, claimed.completed
+
+    def _limited_claimed(
+        self,
+        claimed: Claimed,
+        got: dict[str, int],
+        queues: list[str],
+        wanted: list[int],
+        seen: dict[str, int],
+    ) -> None:
+        """Record what a plain claim got of the limited queues it took with it (`_reserve_limited`)."""
+        for queue, n in zip(queues, wanted, strict=True):
+            self._riding.discard(queue)
+            self._free[queue] += n - got[queue]
+            if queue in claimed.held_back:
+                retry_after_ms = claimed.held_back[queue]
+                if retry_after_ms is not None:
+                    # The window is spent (or a pause runs): no claim of it until it opens.
+                    self._limited.block(queue, retry_after_ms)
+                # Else another process was claiming it: the next claim tries again.
+            elif got[queue] < n and self._notified[queue] == seen[queue]:
+                # No more jobs, or the queue's global concurrency is reached: a NOTIFY wakes it.
+                self._maybe_work[queue] = False
 
     def _hold(self, job: Job) -> Ready:
         """The claimed job's context, held (its slot taken, its timeout running); not started yet."""

@@ -30,7 +30,7 @@ StartWorker = Callable[..., Awaitable[Worker]]
 # The statements that write completions, as the worker sends them.
 COMPLETING_STATEMENTS = (
     "job_claim_batch", "job_claim_batch_deleting", "job_complete_many", "job_claim_limited",
-    "job_claim_limited_deleting",
+    "job_claim_limited_deleting", "job_claim_batch_limited", "job_claim_batch_limited_deleting",
 )  # fmt: skip
 
 
@@ -38,7 +38,8 @@ async def complete_by(
     db: asyncpg.Pool | asyncpg.Connection, statement: str, held: list[asyncpg.Record], *, notify: bool
 ) -> list[int]:
     """Complete the claimed rows `held` (no results) by `statement` of COMPLETING_STATEMENTS; a
-    claim statement claims nothing meanwhile (a limited claim's, of the queue "default"). The ids
+    claim statement claims nothing meanwhile (a limited claim's, of the queue "default"; a batch's
+    limited form takes the queue "default" with it, not the completed jobs' queues). The ids
     completed."""
     ids, tokens = [r["id"] for r in held], [r["lease_token"] for r in held]
     if statement == "job_complete_many":
@@ -48,7 +49,9 @@ async def complete_by(
         args: tuple[object, ...] = ("default", 0, "t", 60_000, False, ids, tokens, None, notify, deleting)
         return [r["id"] for r in await db.fetch(Q["job_claim_limited"], *args) if not r["claimed"]]
     args = (["default"], [0], "t", 60_000, ids, tokens, None, notify, False)
-    return [r["id"] for r in await db.fetch(Q[statement], *args) if not r["claimed"]]
+    if "_limited" in statement:
+        args = (*args, ["default"], [0])
+    return [r["id"] for r in await db.fetch(Q[statement], *args) if not r["claimed"] and r["id"] is not None]
 
 
 @pytest.fixture

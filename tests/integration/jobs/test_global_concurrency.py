@@ -13,6 +13,7 @@ import pytest
 
 from paymanager.jobs import JobContext, NewJob, Registry, enqueue_many, set_global_concurrency, set_rate_limit
 from paymanager.jobs import _limits as limits_module
+from paymanager.jobs import worker as worker_module
 from paymanager.jobs._queries import CHANNEL_AVAILABLE, Q
 from paymanager.jobs.admin import list_queues
 from tests.integration.jobs.conftest import COMPLETING_STATEMENTS, FAST, StartWorker, complete_by, wait_until
@@ -368,3 +369,132 @@ async def test_a_limited_claim_starts_its_jobs_before_it_settles_the_completions
     await wait_until(all_done)
     assert started_while_settling, "the limited claims carried completions"
     assert all(started_while_settling), started_while_settling
+
+
+# --- a limited queue claimed by a batch claim's statement (job_claim_batch_limited) ----------------
+
+
+async def batch_claim(
+    db: asyncpg.Pool | asyncpg.Connection, plain: int, done: list[asyncpg.Record], limited: dict[str, int]
+) -> list[asyncpg.Record]:
+    """A worker's batch claim: up to `plain` jobs of the queue "plain", the jobs `done` completed
+    first, and the `limited` queues taken with it."""
+    ids, tokens = [r["id"] for r in done], [r["lease_token"] for r in done]
+    return await db.fetch(
+        Q["job_claim_batch_limited"], ["plain"], [plain], "t", 60_000, ids, tokens, None, False, not done,
+        list(limited), list(limited.values()),
+    )  # fmt: skip
+
+
+def claimed_of(rows: list[asyncpg.Record], queue: str) -> list[asyncpg.Record]:
+    return [r for r in rows if r["claimed"] and r["queue"] == queue]
+
+
+async def test_a_batch_claim_takes_a_limited_queues_slots_its_own_completions_freed(
+    pool: asyncpg.Pool,
+) -> None:
+    await set_global_concurrency(pool, QUEUE, 1)
+    first, second = await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE) for _ in range(2)])
+    await enqueue_many(pool, [NewJob("plain_call", {}, queue="plain") for _ in range(4)])
+    rows = await batch_claim(pool, 2, [], {QUEUE: 5})
+    [held] = claimed_of(rows, QUEUE)
+    assert held["id"] == first
+    assert len(claimed_of(rows, "plain")) == 2
+    # The slot is taken: a claim that completes nothing of the queue gets none of it.
+    assert claimed_of(await batch_claim(pool, 1, [], {QUEUE: 5}), QUEUE) == []
+    # Completed by the same statement, before the queue's running jobs are counted: its slot is free.
+    rows = await batch_claim(pool, 1, [held], {QUEUE: 5})
+    assert [r["id"] for r in rows if not r["claimed"] and r["id"] is not None] == [first]
+    assert [r["id"] for r in claimed_of(rows, QUEUE)] == [second]
+    assert len(claimed_of(rows, "plain")) == 1
+    assert int(await pool.fetchval(RUNNING, QUEUE)) == 1
+
+
+async def test_a_batch_claim_never_waits_for_another_claim_of_a_limited_queue(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    # A batch claim carries the worker's plain queues: waiting for the queue's row, held by another
+    # process's claim of it until that one commits, would hold them all back.
+    await set_global_concurrency(pool, QUEUE, 2)
+    await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE)])
+    await enqueue_many(pool, [NewJob("plain_call", {}, queue="plain")])
+    other = await asyncpg.connect(database_url)
+    try:
+        claiming = other.transaction()
+        await claiming.start()
+        await other.execute("SELECT 1 FROM job_queue WHERE name = $1 FOR UPDATE", QUEUE)
+        async with pool.acquire() as conn:
+            # A wait for the row would end in an error here, long before the other claim ends.
+            await conn.execute("SET lock_timeout = '50ms'")
+            rows = await batch_claim(conn, 1, [], {QUEUE: 5})
+            await conn.execute("RESET lock_timeout")
+        assert len(claimed_of(rows, "plain")) == 1
+        # The queue is named as held back, with no window to wait for: the next claim tries it.
+        held_back = [(r["claimed"], r["queue"], r["retry_after_ms"]) for r in rows if r["id"] is None]
+        assert held_back == [(False, QUEUE, None)]
+        await claiming.rollback()
+    finally:
+        await other.close()
+    assert len(claimed_of(await batch_claim(pool, 0, [], {QUEUE: 5}), QUEUE)) == 1
+
+
+async def test_a_batch_claim_wakes_the_other_workers_only_for_a_limited_slot_it_left_free(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    await set_global_concurrency(pool, QUEUE, 2)
+    await enqueue_many(pool, [NewJob("partner_call", {}, queue=QUEUE) for _ in range(3)])
+    a, b = claimed_of(await batch_claim(pool, 0, [], {QUEUE: 2}), QUEUE)
+    listener, heard = await listening(database_url)
+    try:
+        # a's slot is taken again by the third job: nothing for another worker to claim.
+        assert len(claimed_of(await batch_claim(pool, 0, [a], {QUEUE: 5}), QUEUE)) == 1
+        assert await heard_until_marker(pool, heard) == []
+        # b's slot is left free: woken.
+        assert claimed_of(await batch_claim(pool, 0, [b], {QUEUE: 5}), QUEUE) == []
+        assert await heard_until_marker(pool, heard) == [QUEUE]
+    finally:
+        await listener.close()
+
+
+async def test_a_busy_plain_queues_claims_take_a_globally_limited_queue_with_them_within_its_limit(
+    pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await set_global_concurrency(pool, QUEUE, 2)
+    seen_running: list[int] = []
+    taken_along: list[int] = []
+    claim = worker_module.claim
+
+    async def recording(db: Any, params: Any) -> Any:
+        got = await claim(db, params)
+        if params.limited:
+            taken_along.extend(job.id for job in got.jobs if job.queue == QUEUE)
+        return got
+
+    monkeypatch.setattr(worker_module, "claim", recording)
+    registry = Registry()
+
+    @registry.handler("partner_call", queue=QUEUE)
+    async def partner_call(ctx: JobContext) -> None:
+        seen_running.append(int(await pool.fetchval(RUNNING, QUEUE)))
+        await asyncio.sleep(0.01)
+
+    @registry.handler("plain_call", queue="plain")
+    async def plain_call(ctx: JobContext) -> None:
+        await asyncio.sleep(0.002)
+
+    # Slots for every capped job in each worker: only the global limit holds them back.
+    for n in range(2):
+        await start_worker(registry, {"plain": 10, QUEUE: 20}, replace(FAST, owner=f"w{n}"))
+    await enqueue_many(pool, [NewJob("plain_call", {"i": i}, queue="plain") for i in range(3_000)])
+    await enqueue_many(pool, [NewJob("partner_call", {"i": i}, queue=QUEUE) for i in range(20)])
+
+    async def all_done() -> bool:
+        done = "SELECT count(*) FROM job WHERE state = 'completed'"
+        return int(await pool.fetchval(done)) == 3_020
+
+    await wait_until(all_done)
+    assert len(seen_running) == 20
+    assert max(seen_running) <= 2, seen_running
+    # The plain queue's claims took the capped queue's jobs with them while they went out.
+    assert taken_along, "no capped job was claimed by a plain claim's statement"
+    assert int(await pool.fetchval("SELECT max(attempt) FROM job")) == 1

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import asyncpg
+import pytest
 
 from paymanager.jobs import (
     JobContext,
@@ -18,6 +20,7 @@ from paymanager.jobs import (
     enqueue_many,
     set_rate_limit,
 )
+from paymanager.jobs import worker as worker_module
 from paymanager.jobs.admin import format_rate_limit, list_queues, parse_rate_limit
 from tests.integration.jobs.conftest import FAST, StartWorker, wait_until
 from tests.support.processes import paymanager_env, run_cli
@@ -99,6 +102,50 @@ async def test_over_the_limit_jobs_stay_available_and_the_worker_sends_no_claim_
     )
     assert {(r["state"], r["attempt"]) for r in states} == {("available", 0)}
     assert len(states) == 6
+
+
+async def test_a_busy_plain_queues_claims_hold_a_rate_limited_queue_they_take_along_to_its_window(
+    pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window_ms = await _window_with_an_hour_left(pool)
+    await set_rate_limit(pool, QUEUE, max_jobs=3, window_ms=window_ms)
+    held_back: list[int | None] = []
+    claim = worker_module.claim
+
+    async def recording(db: Any, params: Any) -> Any:
+        got = await claim(db, params)
+        held_back.extend(got.held_back.values())
+        return got
+
+    monkeypatch.setattr(worker_module, "claim", recording)
+    registry = _noop_registry()
+
+    @registry.handler("plain_call", queue="plain")
+    async def plain_call(ctx: JobContext) -> None:
+        await asyncio.sleep(0.002)
+
+    worker = await start_worker(registry, {"plain": 10, QUEUE: 10}, FAST)
+    # No claim of the rated queue's own: only the plain claims can take it.
+    monkeypatch.setattr(worker, "_launch_limited_claims", lambda: None)
+    await enqueue_many(pool, [NewJob("plain_call", {"i": i}, queue="plain") for i in range(2_000)])
+    await enqueue_many(pool, [NewJob("noop", {"i": i}, queue=QUEUE) for i in range(6)])
+
+    async def plain_done() -> bool:
+        return await _all_completed(pool, "plain", 2_000)
+
+    async def three_done() -> bool:
+        return await _all_completed(pool, QUEUE, 3)
+
+    await wait_until(plain_done)
+    await wait_until(three_done)
+    # Three started in the window, taken along by the plain claims, whose statement named the
+    # window's end; the others wait for it, available, no attempt spent.
+    assert held_back, "no claim named the window's end"
+    assert all(ms is not None and ms > 0 for ms in held_back), held_back
+    assert worker.limited_queues.is_blocked(QUEUE)
+    left = "SELECT state, attempt FROM job WHERE queue = $1 AND state <> 'completed'"
+    states = await pool.fetch(left, QUEUE)
+    assert [(r["state"], r["attempt"]) for r in states] == [("available", 0)] * 3
 
 
 async def test_a_rate_limit_set_at_run_time_reaches_a_running_worker(
