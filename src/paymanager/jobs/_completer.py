@@ -68,6 +68,10 @@ class Completer:
         # two attempts of one job, the first one's lease lost), by their contexts.
         self._pending: set[JobContext] = set()
         self._ready = asyncio.Event()
+        # The worker's claim statements awaiting the database, and a signal each time one comes
+        # back (`claim_returned`): while one is out, its successor writes the completions.
+        self.claims_out = 0
+        self._claim_back = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
         self._completed_events: list[JobEvent] = []
         self._flushing = asyncio.Lock()
@@ -110,11 +114,28 @@ class Completer:
         while True:
             await self._ready.wait()
             self._ready.clear()
-            # Let the claim loop go first: when it claims, it writes these completions with the claim.
-            for _ in range(CLAIM_FIRST_YIELDS):
-                await asyncio.sleep(0)
+            await self._let_claims_go_first()
             while self._completions or self._failures:
                 await self.flush()
+
+    async def _let_claims_go_first(self) -> None:
+        """Leave the completions to the claim loop, which writes them with its next claim: for a
+        few turns of the loop, and for as long as a claim is out (the one launched when it comes
+        back takes them). Written here, they would cost a statement and a commit of their own, and
+        a busy worker's outcomes end at any moment (a job of a limited queue beside a plain one).
+        Failures are written at once."""
+        while True:
+            for _ in range(CLAIM_FIRST_YIELDS):
+                await asyncio.sleep(0)
+            if not self._completions or self._failures or self.claims_out == 0:
+                return
+            self._claim_back.clear()
+            await self._claim_back.wait()
+
+    def claim_returned(self) -> None:
+        """A claim statement came back (or failed): the claim loop launches the next one."""
+        self.claims_out -= 1
+        self._claim_back.set()
 
     async def drain(self) -> None:
         """Write everything pending (at shutdown)."""

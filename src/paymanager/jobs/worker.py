@@ -447,6 +447,7 @@ class Worker:
         globally limited queue that ended here frees its slot for this claim."""
         seen = self._notified[queue]
         batch = self._completer.take_completions()
+        self._completer.claims_out += 1
         try:
             claim = await self._limited.claim(
                 queue, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit,
@@ -454,6 +455,7 @@ class Worker:
                 delete_completed=self._deletes(batch),
             )  # fmt: skip
         except BaseException as exc:
+            self._completer.claim_returned()
             self._completer.put_back(batch)
             self._free[queue] += wanted
             if not isinstance(exc, DB_ERRORS):
@@ -463,6 +465,7 @@ class Worker:
             if not isinstance(exc, LOCK_ERRORS):
                 self._limited.block(queue, int(CLAIM_RETRY_DELAY_S * 1000))
             return
+        self._completer.claim_returned()
         got = len(claim.jobs)
         self._free[queue] += wanted - got
         self._executor.start([self._hold(job) for job in claim.jobs])
@@ -499,9 +502,11 @@ class Worker:
             [c for _, c in batch], self.events.notify_completed, self._deletes(batch),
             limited, limited_wanted,
         )  # fmt: skip
+        self._completer.claims_out += 1
         try:
             claimed = await claim(conn, params)
         except BaseException as exc:
+            self._completer.claim_returned()
             self._completer.put_back(batch)
             for queue, n in zip((*queues, *limited), (*wanted, *limited_wanted), strict=True):
                 self._free[queue] += n
@@ -517,6 +522,7 @@ class Worker:
             self._wake.set()
             return
         self._give_back(conn)
+        self._completer.claim_returned()
         starts, done = self._claimed(claimed, queues, wanted, seen, limited, limited_wanted)
         # An idle worker's claim (nothing completed with it) runs its first job in its own task: a
         # new task would cost the enqueue-to-start path a task and a loop turn.
