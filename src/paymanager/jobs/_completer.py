@@ -132,6 +132,10 @@ class Completer:
             self._claim_back.clear()
             await self._claim_back.wait()
 
+    def claim_sent(self) -> None:
+        """A claim statement went out: it or its successor writes the pending completions."""
+        self.claims_out += 1
+
     def claim_returned(self) -> None:
         """A claim statement came back (or failed): the claim loop launches the next one."""
         self.claims_out -= 1

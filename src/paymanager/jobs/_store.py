@@ -111,7 +111,8 @@ async def claim(db: Executor, params: ClaimParams) -> Claimed:
     Three statements serve it (jobs.sql says why each exists; a test holds them to the same jobs):
     `job_claim_batch` when there are completions to write (`job_claim_batch_deleting` when they
     delete their jobs), `job_claim_queue` for an idle worker's
-    claim from one queue, `job_claim` for one from several."""
+    claim from one queue, `job_claim` for one from several. With limited queues to take along,
+    `job_claim_batch_limited` (or its deleting form) serves it, with or without completions."""
     p = params
     if p.limited:
         return await _claim_with_limited(db, p)

@@ -447,7 +447,7 @@ class Worker:
         globally limited queue that ended here frees its slot for this claim."""
         seen = self._notified[queue]
         batch = self._completer.take_completions()
-        self._completer.claims_out += 1
+        self._completer.claim_sent()
         try:
             claim = await self._limited.claim(
                 queue, wanted, self._options.owner, self._options.lease_ms, self._options.quick_claim_commit,
@@ -474,12 +474,8 @@ class Worker:
             # decision below: settling marks the completed jobs' capped queues as having a free
             # slot, which this claim has just taken.
             await self._completer.settled(batch, claim.completed)
-        if claim.retry_after_ms is not None:
-            # The window is spent (or a pause runs): sleep until it opens, no claim meanwhile.
-            self._limited.block(queue, claim.retry_after_ms)
-        elif got < wanted and self._notified[queue] == seen:
-            # No more jobs, or the queue's global concurrency is reached: a NOTIFY wakes it.
-            self._maybe_work[queue] = False
+        held_back = claim.retry_after_ms is not None
+        self._limited_got(queue, wanted, got, seen, held_back, claim.retry_after_ms)
         self._wake.set()
 
     def _give_back(self, conn: PinnedConnection | Listener) -> None:
@@ -502,7 +498,7 @@ class Worker:
             [c for _, c in batch], self.events.notify_completed, self._deletes(batch),
             limited, limited_wanted,
         )  # fmt: skip
-        self._completer.claims_out += 1
+        self._completer.claim_sent()
         try:
             claimed = await claim(conn, params)
         except BaseException as exc:
@@ -587,15 +583,22 @@ class Worker:
         for queue, n in zip(queues, wanted, strict=True):
             self._riding.discard(queue)
             self._free[queue] += n - got[queue]
-            if queue in claimed.held_back:
-                retry_after_ms = claimed.held_back[queue]
-                if retry_after_ms is not None:
-                    # The window is spent (or a pause runs): no claim of it until it opens.
-                    self._limited.block(queue, retry_after_ms)
-                # Else another process was claiming it: the next claim tries again.
-            elif got[queue] < n and self._notified[queue] == seen[queue]:
-                # No more jobs, or the queue's global concurrency is reached: a NOTIFY wakes it.
-                self._maybe_work[queue] = False
+            held_back = queue in claimed.held_back
+            self._limited_got(queue, n, got[queue], seen[queue], held_back, claimed.held_back.get(queue))
+
+    def _limited_got(
+        self, queue: str, wanted: int, got: int, seen: int, held_back: bool, retry_after_ms: int | None
+    ) -> None:
+        """What a claim of a limited queue tells of it: `held_back` with `retry_after_ms`, its window
+        is spent (or a pause runs), so no claim of it goes out until then; held back without one,
+        another process was claiming it, so the next claim tries again; fewer jobs than wanted, no
+        more jobs or its global concurrency reached, so it waits for a NOTIFY (unless one came
+        while it was claimed: `seen`)."""
+        if held_back:
+            if retry_after_ms is not None:
+                self._limited.block(queue, retry_after_ms)
+        elif got < wanted and self._notified[queue] == seen:
+            self._maybe_work[queue] = False
 
     def _hold(self, job: Job) -> Ready:
         """The claimed job's context, held (its slot taken, its timeout running); not started yet."""
