@@ -22,6 +22,7 @@ With `--beside-limited`, every round measures paymanager's processing twice: alo
 processes also serving a rate-limited queue (100 jobs per second) and a globally limited one (5
 running at once over both processes), each busy throughout the run, the figure counting the plain
 queue alone; printed as the ratio beside / alone per round: what the limits cost a queue without them.
+A side job sleeps 5 ms (BENCH_SIDE_JOB_MS sets another duration: a partner's call takes longer).
 
 The `floor` figure drains the same N jobs with a bare loop of the worker's own claim-and-complete
 statement (`job_claim_batch`: the worker's batch, pipeline and generic plans, in one process on the
@@ -93,7 +94,6 @@ FIGURES = ("bulk", "proc1", "proc2", "single", "latency", "floor")
 # --beside-limited: the limited queues beside the plain one, and the jobs that keep them busy.
 RATED, RATED_PER_S, RATED_JOBS = "bench.rated", 100, 2_000
 CAPPED, CAPPED_RUNNING, CAPPED_JOBS = "bench.capped", 5, 20_000
-SIDE_JOB_S = 0.005
 # PGQueuer's batch_size: chosen by the sweep (bench) and passed to worker processes by environment.
 PGQ_BATCH = int(os.environ.get("BENCH_PGQ_BATCH", "100"))
 # --floor-burn-us: CPU the bare claim loop burns per claimed job (worker processes read it here).
@@ -117,6 +117,13 @@ OURS_PLAIN_BUSY = (
 
 def beside_limited() -> bool:
     return os.environ.get("BENCH_BESIDE_LIMITED", "0") == "1"
+
+
+def side_job_s() -> float:
+    """How long a side job takes (BENCH_SIDE_JOB_MS, read when asked: bench/jobs_ab.py sets it per
+    tree). 5 ms is the stress case, the capped queue able to start a thousand jobs a second; a
+    partner's API answers in tens to hundreds of milliseconds."""
+    return float(os.environ.get("BENCH_SIDE_JOB_MS", "5")) / 1000
 
 
 def run_on_loop(coro: Coroutine[Any, Any, T]) -> T:
@@ -315,7 +322,8 @@ async def report_limited_queues(dsn: str, workers: int, seconds: float) -> None:
     done = {row["queue"]: int(row["n"]) for row in rows}
     print(
         f"  beside, {workers} process(es), {seconds:.2f} s: {done.get(RATED, 0)} jobs of {RATED} "
-        f"({RATED_PER_S}/1s), {done.get(CAPPED, 0)} of {CAPPED} ({CAPPED_RUNNING} at once) completed",
+        f"({RATED_PER_S}/1s), {done.get(CAPPED, 0)} of {CAPPED} ({CAPPED_RUNNING} at once) completed, "
+        f"side jobs of {side_job_s() * 1000:g} ms",
         flush=True,
     )
 
@@ -371,8 +379,10 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
         if expected is not None and len(latencies) >= expected:
             finished.set()
 
+    side_s = side_job_s()
+
     async def side(ctx: JobContext) -> None:
-        await asyncio.sleep(SIDE_JOB_S)
+        await asyncio.sleep(side_s)
 
     registry.register("noop", noop, queue=QUEUE)
     registry.register("latency", latency, queue=QUEUE)

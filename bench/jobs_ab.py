@@ -35,7 +35,7 @@ import jobs as jobs_bench  # bench/jobs.py, beside this file
 
 # The settings a tree's spec may set; the others are left as the environment has them.
 SETTINGS = ("BENCH_PIPELINE", "BENCH_CONCURRENCY", "BENCH_QUICK_CLAIM", "BENCH_DELETE_COMPLETED",
-            "BENCH_NOTIFY_COMPLETED", "BENCH_LOOP", "BENCH_BESIDE_LIMITED")  # fmt: skip
+            "BENCH_NOTIFY_COMPLETED", "BENCH_LOOP", "BENCH_BESIDE_LIMITED", "BENCH_SIDE_JOB_MS")  # fmt: skip
 
 
 @dataclass(frozen=True)
