@@ -1,0 +1,195 @@
+"""What the limited queues cost a plain queue, read within one drain.
+
+    .venv/bin/python bench/beside_toggle.py [--jobs 600000] [--half 0.1] [--drains 2] [--only rated|capped]
+
+One worker process drains `--jobs` no-op jobs of the plain queue while serving bench/jobs.py's
+rate-limited and globally limited queues (`--beside-limited`'s, side jobs of BENCH_SIDE_JOB_MS, 5 by
+default). This process pauses the limited queues (the pause a handler's RateLimitedError asks for)
+in every second period of `--half` seconds, so they run in one half of each pair and not in the
+other; the worker counts the plain queue's completions per 10 ms. Printed per drain: the plain
+queue's jobs in the halves with the limited queues over those without (their sums, the edges of
+each half left out), and the geometric mean of the pairs with its standard error.
+
+Why not two runs side by side (bench/jobs_ab.py): this VM's speed moves by a third in spells that
+last seconds, longer than a run, so alternate runs of one setting read 0.93 and 1.00 over 48
+rounds each; halves a fraction of a second apart see the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import asyncpg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jobs as jb  # bench/jobs.py, beside this file
+
+BUCKET_S = 0.01
+# The part of each half left out at both ends: the limited queues' jobs still running into it.
+EDGE = 0.2
+
+
+async def counting_worker(dsn: str) -> dict[str, int]:
+    """bench/jobs.py's worker beside the limited queues, counting the plain queue's jobs per bucket."""
+    from paymanager.db.pool import create_pool
+    from paymanager.jobs import JobContext, Registry, Worker, WorkerOptions
+
+    buckets: collections.Counter[int] = collections.Counter()
+    registry = Registry()
+
+    async def noop(ctx: JobContext) -> None:
+        buckets[int(time.time() / BUCKET_S)] += 1
+
+    side_s = jb.side_job_s()
+
+    async def side(ctx: JobContext) -> None:
+        await asyncio.sleep(side_s)
+
+    registry.register("noop", noop, queue=jb.QUEUE)
+    registry.register("side", side, queue=jb.RATED)
+    queues = {jb.QUEUE: jb.CONCURRENCY, jb.RATED: 10, jb.CAPPED: 10}
+    pool = await create_pool(dsn, min_size=2, max_size=jb.PIPELINE + 3)
+    options = WorkerOptions(
+        owner=f"bench-{os.getpid()}",
+        lease_ms=30_000,
+        heartbeat_interval_ms=10_000,
+        claim_pipeline=jb.PIPELINE,
+    )
+    worker = Worker(pool, dsn, registry, queues, options)
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    await worker.start()
+    await asyncio.to_thread(sys.stdin.readline)
+    await worker.stop(timeout_s=5)
+    await pool.close()
+    return {str(k): v for k, v in buckets.items()}
+
+
+def worker_main(dsn: str) -> None:
+    from paymanager.logging import configure_logging
+
+    configure_logging("warning", "json")  # stdout carries the protocol; logs go to stderr
+    print(json.dumps(jb.run_on_loop(counting_worker(dsn))), flush=True)
+
+
+def toggled_drain(dsn: str, half: float) -> tuple[dict[int, int], float, float]:
+    """Start the worker at a whole second, pause the limited queues in every second half until the
+    plain queue is empty; the worker's buckets, and the drain's start and end (epoch seconds)."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "worker", dsn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        raise RuntimeError("the worker did not start")
+    started, ended = asyncio.run(toggle(dsn, half, proc.stdin))
+    proc.stdin.write("stop\n")
+    proc.stdin.flush()
+    buckets = {int(k): v for k, v in json.loads(proc.stdout.readline()).items()}
+    proc.wait(timeout=60)
+    return buckets, started, ended
+
+
+async def toggle(dsn: str, half: float, worker: IO[str]) -> tuple[float, float]:
+    from paymanager.jobs._store import pause_queue_for
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        await asyncio.sleep(1 - time.time() % 1)
+        worker.write("go\n")
+        worker.flush()
+        started = time.time()
+        paused_until = 0.0
+        while await conn.fetchval(jb.OURS_PLAIN_BUSY):
+            now = time.time()
+            into_pair = now % (2 * half)
+            if into_pair >= half and now >= paused_until:
+                paused_until = now + 2 * half - into_pair
+                for queue in (jb.RATED, jb.CAPPED):
+                    await pause_queue_for(conn, queue=queue, pause_ms=int((2 * half - into_pair) * 1000))
+            await asyncio.sleep(jb.DRAIN_POLL_S)
+        return started, time.time()
+    finally:
+        await conn.close()
+
+
+def read_pairs(
+    buckets: dict[int, int], started: float, ended: float, half: float
+) -> list[tuple[float, float]]:
+    """(jobs a second with the limited queues, without) per whole pair of halves of the drain."""
+
+    def rate(a: float, b: float) -> float:
+        lo, hi = round((a + EDGE * half) / BUCKET_S), round((b - EDGE * half) / BUCKET_S)
+        return sum(buckets.get(i, 0) for i in range(lo, hi)) / ((hi - lo) * BUCKET_S)
+
+    pairs = []
+    t = math.ceil(started)
+    # The last pair is left out: the queue runs dry in it.
+    while t + 4 * half <= ended:
+        pairs.append((rate(t, t + half), rate(t + half, t + 2 * half)))
+        t += 2 * half
+    return pairs
+
+
+def report(pairs: list[tuple[float, float]], seconds: float, n: int) -> str:
+    ratios = [math.log(on / off) for on, off in pairs if on > 0 and off > 0]
+    mean = sum(ratios) / len(ratios)
+    se = (sum((r - mean) ** 2 for r in ratios) / (len(ratios) - 1)) ** 0.5 / len(ratios) ** 0.5
+    on_sum, off_sum = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+    return (
+        f"{n} plain jobs in {seconds:.1f} s ({n / seconds:.0f}/s), {len(pairs)} pairs: with / without the "
+        f"limited queues {on_sum / off_sum:.3f} (sums); geometric mean {math.exp(mean):.3f} "
+        f"+- {math.exp(mean) * se:.3f}; {sum(r > 0 for r in ratios)} pairs above 1"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=600_000)
+    parser.add_argument(
+        "--half", type=float, default=0.1, help="seconds with, then without, the limited queues"
+    )
+    parser.add_argument("--drains", type=int, default=2)
+    parser.add_argument("--only", choices=("rated", "capped"), help="fill one limited queue, the other empty")
+    args = parser.parse_args()
+    # Enough side jobs that neither limited queue runs dry before the plain queue does.
+    jb.RATED_JOBS, jb.CAPPED_JOBS = 10_000, 40_000
+    if args.only == "rated":
+        jb.CAPPED_JOBS = 0
+    elif args.only == "capped":
+        jb.RATED_JOBS = 0
+    print(
+        f"# {args.jobs} plain jobs a drain, halves of {args.half} s, side jobs of "
+        f"{jb.side_job_s() * 1000:g} ms, limited queues: {args.only or 'rated and capped'}; "
+        f"load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    for _ in range(args.drains):
+        dsn = asyncio.run(jb.create_database("ours"))
+        try:
+            asyncio.run(jb.ours_bulk(dsn, args.jobs))
+            asyncio.run(jb.fill_limited_queues(dsn))
+            buckets, started, ended = toggled_drain(dsn, args.half)
+        finally:
+            asyncio.run(jb.drop_database(dsn))
+        print(report(read_pairs(buckets, started, ended, args.half), ended - started, args.jobs), flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "worker":
+        worker_main(sys.argv[2])
+    else:
+        main()
