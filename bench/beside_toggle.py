@@ -8,7 +8,8 @@ default). This process pauses the limited queues (the pause a handler's RateLimi
 in every second period of `--half` seconds, so they run in one half of each pair and not in the
 other; the worker counts the plain queue's completions per 10 ms. Printed per drain: the plain
 queue's jobs in the halves with the limited queues over those without (their sums, the edges of
-each half left out), and the geometric mean of the pairs with its standard error.
+each half left out: a side job started at the end of a half runs into the next, so `--half` must be
+several side jobs long), and the geometric mean of the pairs with its standard error.
 
 Why not two runs side by side (bench/jobs_ab.py): this VM's speed moves by a third in spells that
 last seconds, longer than a run, so alternate runs of one setting read 0.93 and 1.00 over 48
@@ -36,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jobs as jb  # bench/jobs.py, beside this file
 
 BUCKET_S = 0.01
-# The part of each half left out at both ends: the limited queues' jobs still running into it.
+# The part of each half left out at both ends (a share of the half, and at least a side job's
+# duration): the limited queues' jobs started at the end of a half still run into the next.
 EDGE = 0.2
 
 
@@ -124,13 +126,18 @@ async def toggle(dsn: str, half: float, worker: IO[str]) -> tuple[float, float]:
         await conn.close()
 
 
+def edge_s(half: float) -> float:
+    return max(EDGE * half, 1.2 * jb.side_job_s())
+
+
 def read_pairs(
     buckets: dict[int, int], started: float, ended: float, half: float
 ) -> list[tuple[float, float]]:
     """(jobs a second with the limited queues, without) per whole pair of halves of the drain."""
+    edge = edge_s(half)
 
     def rate(a: float, b: float) -> float:
-        lo, hi = round((a + EDGE * half) / BUCKET_S), round((b - EDGE * half) / BUCKET_S)
+        lo, hi = round((a + edge) / BUCKET_S), round((b - edge) / BUCKET_S)
         return sum(buckets.get(i, 0) for i in range(lo, hi)) / ((hi - lo) * BUCKET_S)
 
     pairs = []
@@ -165,6 +172,10 @@ def main() -> None:
     parser.add_argument("--drains", type=int, default=2)
     parser.add_argument("--only", choices=("rated", "capped"), help="fill one limited queue, the other empty")
     args = parser.parse_args()
+    if 2 * edge_s(args.half) >= 0.8 * args.half:
+        parser.error(
+            f"--half {args.half} leaves too little of each half beside side jobs of {jb.side_job_s():g} s"
+        )
     # Enough side jobs that neither limited queue runs dry before the plain queue does.
     jb.RATED_JOBS, jb.CAPPED_JOBS = 10_000, 40_000
     if args.only == "rated":
