@@ -120,3 +120,51 @@ async def start_a_slow_job(pool: asyncpg.Pool, start_worker: StartWorker) -> tup
     job = await enqueue(pool, "slow", {}, queue="default")
     await asyncio.wait_for(started.wait(), 10)
     return worker, job
+
+
+async def a_completion_behind_a_held_claim(
+    pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Worker, int, Callable[[], None]]:
+    """A worker (the FAST options) whose job "first" has ended, its completion pending: the claim
+    that would write it is held before it reaches the database until the returned function opens
+    it. Returns the worker, the job's id and that function; a second job, "second", is claimed once
+    it is open."""
+    from paymanager.jobs import worker as worker_module
+
+    gate = asyncio.Event()
+    claim_held = asyncio.Event()
+    arm = False
+    claim = worker_module.claim
+
+    async def gated(db: Any, params: Any) -> Any:
+        if arm:
+            claim_held.set()
+            await gate.wait()
+        return await claim(db, params)
+
+    monkeypatch.setattr(worker_module, "claim", gated)
+    registry = Registry()
+
+    async def first(ctx: JobContext) -> None:
+        nonlocal arm
+        arm = True
+        # The enqueue's NOTIFY sends a claim out, held at the gate: the completion waits for it.
+        await enqueue(pool, "second", {})
+        await claim_held.wait()
+
+    registry.register("first", first)
+    registry.register("second", lambda ctx: None)
+    worker = await start_worker(registry, {"default": 4}, FAST)
+    first_id = (await enqueue(pool, "first", {})).id
+
+    async def first_pending() -> bool:
+        return any(ctx.id == first_id and worker._completer.is_pending(ctx) for ctx in worker._held)
+
+    await wait_until(first_pending)
+
+    def open_gate() -> None:
+        nonlocal arm
+        arm = False
+        gate.set()
+
+    return worker, first_id, open_gate

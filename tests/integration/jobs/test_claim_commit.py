@@ -17,10 +17,9 @@ import pytest
 
 from paymanager.jobs import JobContext, NewJob, Registry, enqueue, enqueue_many
 from paymanager.jobs import _completer as completer_module
-from paymanager.jobs import worker as worker_module
 from paymanager.jobs._queries import Q
 from paymanager.jobs._store import Job
-from tests.integration.jobs.conftest import FAST, StartWorker, wait_until
+from tests.integration.jobs.conftest import FAST, StartWorker, a_completion_behind_a_held_claim, wait_until
 from tests.support.locks import finishes_without_waiting
 
 CLAIM_ARGS = {
@@ -236,17 +235,6 @@ async def test_a_completion_waits_for_the_claim_out_and_is_written_once_it_is_ba
 ) -> None:
     # While a claim is out, the claim launched when it comes back writes the completions: one the
     # completer wrote meanwhile would be a statement and a commit of its own.
-    gate = asyncio.Event()
-    claim_held = asyncio.Event()
-    arm = False
-    claim = worker_module.claim
-
-    async def gated(db: Any, params: Any) -> Any:
-        if arm:
-            claim_held.set()
-            await gate.wait()
-        return await claim(db, params)
-
     written: list[list[int]] = []
     complete_many = completer_module.complete_many
 
@@ -254,32 +242,13 @@ async def test_a_completion_waits_for_the_claim_out_and_is_written_once_it_is_ba
         written.append([c.id for c in completions])
         return await complete_many(db, completions, **kwargs)
 
-    monkeypatch.setattr(worker_module, "claim", gated)
     monkeypatch.setattr(completer_module, "complete_many", recording)
-    registry = Registry()
-
-    async def first(ctx: JobContext) -> None:
-        nonlocal arm
-        arm = True
-        # The enqueue's NOTIFY sends a claim out, held at the gate until this test opens it.
-        await enqueue(pool, "second", {})
-        await claim_held.wait()
-
-    registry.register("first", first)
-    registry.register("second", lambda ctx: None)
-    worker = await start_worker(registry, {"default": 4}, FAST)
-    first_id = (await enqueue(pool, "first", {})).id
-
-    async def first_pending() -> bool:
-        return any(ctx.id == first_id and worker._completer.is_pending(ctx) for ctx in worker._held)
-
-    await wait_until(first_pending)
+    _, first_id, open_gate = await a_completion_behind_a_held_claim(pool, start_worker, monkeypatch)
     # Turns of the loop and a poll interval's worth of time: the completion stays with the claim.
     await asyncio.sleep(0.3)
     assert written == []
     assert await pool.fetchval("SELECT state::text FROM job WHERE id = $1", first_id) == "running"
-    arm = False
-    gate.set()
+    open_gate()
 
     async def all_completed() -> bool:
         return int(await pool.fetchval("SELECT count(*) FROM job WHERE state = 'completed'")) == 2
