@@ -13,14 +13,8 @@ from paymanager.jobs import JobContext, LeaseLostError, NewJob, Registry, Worker
 from paymanager.jobs._queries import Q
 from paymanager.jobs.batch import complete_all_in, hold_leases
 from paymanager.jobs.maintenance import Maintenance
-from tests.integration.jobs.conftest import (
-    StartWorker,
-    a_completion_behind_a_held_claim,
-    wait_state,
-    wait_until,
-)
+from tests.integration.jobs.conftest import StartWorker, wait_state, wait_until
 from tests.support.job_contexts import context_from_row
-from tests.support.locks import finishes_without_waiting
 
 SLOW = WorkerOptions(owner="first", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=100)
 
@@ -264,28 +258,3 @@ async def test_every_attempt_holds_a_lease_token_of_its_own(
     second = {r["id"]: r["lease_token"] for r in await pool.fetch(Q[statement], *args)}
     assert sorted(second) == ids
     assert all(second[job_id] != first[job_id] for job_id in ids)
-
-
-async def test_a_heartbeat_leaves_out_a_job_whose_outcome_is_on_its_way(
-    pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The claim statement that writes a completion locks the job's row. A heartbeat that waited for
-    # that lock, or held the row while its own commit waited for a slow WAL flush, stalled both
-    # claims in flight until their lock_timeout failed them and undid their work. Here a
-    # transaction holds the row as that claim would.
-    worker, first_id, open_gate = await a_completion_behind_a_held_claim(pool, start_worker, monkeypatch)
-    async with pool.acquire() as holder:
-        tx = holder.transaction()
-        await tx.start()
-        await holder.execute("UPDATE job SET lease_expires_at = lease_expires_at WHERE id = $1", first_id)
-        holder_pid = await holder.fetchval("SELECT pg_backend_pid()")
-        finished, beat = await finishes_without_waiting(pool, holder_pid, worker.heartbeat())
-        await tx.rollback()
-    await beat
-    open_gate()
-    assert finished, "a heartbeat waited for the row of a job whose completion is on its way"
-
-    async def both_completed() -> bool:
-        return int(await pool.fetchval("SELECT count(*) FROM job WHERE state = 'completed'")) == 2
-
-    await wait_until(both_completed)
