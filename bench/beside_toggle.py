@@ -44,37 +44,12 @@ EDGE = 0.2
 
 async def counting_worker(dsn: str) -> dict[str, int]:
     """bench/jobs.py's worker beside the limited queues, counting the plain queue's jobs per bucket."""
-    from paymanager.db.pool import create_pool
-    from paymanager.jobs import JobContext, Registry, Worker, WorkerOptions
-
     buckets: collections.Counter[int] = collections.Counter()
-    registry = Registry()
 
-    async def noop(ctx: JobContext) -> None:
+    def count() -> None:
         buckets[int(time.time() / BUCKET_S)] += 1
 
-    side_s = jb.side_job_s()
-
-    async def side(ctx: JobContext) -> None:
-        await asyncio.sleep(side_s)
-
-    registry.register("noop", noop, queue=jb.QUEUE)
-    registry.register("side", side, queue=jb.RATED)
-    queues = {jb.QUEUE: jb.CONCURRENCY, jb.RATED: 10, jb.CAPPED: 10}
-    pool = await create_pool(dsn, min_size=2, max_size=jb.PIPELINE + 3)
-    options = WorkerOptions(
-        owner=f"bench-{os.getpid()}",
-        lease_ms=30_000,
-        heartbeat_interval_ms=10_000,
-        claim_pipeline=jb.PIPELINE,
-    )
-    worker = Worker(pool, dsn, registry, queues, options)
-    print("ready", flush=True)
-    await asyncio.to_thread(sys.stdin.readline)
-    await worker.start()
-    await asyncio.to_thread(sys.stdin.readline)
-    await worker.stop(timeout_s=5)
-    await pool.close()
+    await jb.ours_worker(dsn, "drain", on_noop=count, limited=True)
     return {str(k): v for k, v in buckets.items()}
 
 

@@ -53,7 +53,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -365,7 +365,11 @@ def latency_run(engine: str, dsn: str) -> tuple[list[float], list[float]]:
     return [float(x) for x in result["latencies_ms"]], calls
 
 
-async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
+async def ours_worker(
+    dsn: str, mode: str, on_noop: Callable[[], None] | None = None, limited: bool | None = None
+) -> dict[str, Any]:
+    """paymanager's worker for one drain (or one latency run): `on_noop` is called for each noop
+    job (bench/beside_toggle.py counts them), `limited` overrides BENCH_BESIDE_LIMITED."""
     latencies: list[float] = []
     expected = LATENCY_JOBS if mode == "latency" else None
     finished = asyncio.Event()
@@ -373,6 +377,10 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
 
     async def noop(ctx: JobContext) -> None:
         return None
+
+    async def counted(ctx: JobContext) -> None:
+        assert on_noop is not None
+        on_noop()
 
     async def latency(ctx: JobContext) -> None:
         latencies.append((time.time() - ctx.payload["t"]) * 1000)
@@ -384,10 +392,11 @@ async def ours_worker(dsn: str, mode: str) -> dict[str, Any]:
     async def side(ctx: JobContext) -> None:
         await asyncio.sleep(side_s)
 
-    registry.register("noop", noop, queue=QUEUE)
+    registry.register("noop", noop if on_noop is None else counted, queue=QUEUE)
     registry.register("latency", latency, queue=QUEUE)
     registry.register("side", side, queue=RATED)
-    queues = {QUEUE: CONCURRENCY, RATED: 10, CAPPED: 10} if beside_limited() else {QUEUE: CONCURRENCY}
+    with_limited = beside_limited() if limited is None else limited
+    queues = {QUEUE: CONCURRENCY, RATED: 10, CAPPED: 10} if with_limited else {QUEUE: CONCURRENCY}
     pool = await create_pool(dsn, min_size=2, max_size=PIPELINE + 3)
     options = WorkerOptions(
         owner=f"bench-{os.getpid()}",

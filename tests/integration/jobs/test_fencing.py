@@ -10,11 +10,13 @@ import asyncpg
 import pytest
 
 from paymanager.jobs import JobContext, LeaseLostError, NewJob, Registry, WorkerOptions, enqueue, enqueue_many
+from paymanager.jobs import worker as worker_module
 from paymanager.jobs._queries import Q
 from paymanager.jobs.batch import complete_all_in, hold_leases
 from paymanager.jobs.maintenance import Maintenance
-from tests.integration.jobs.conftest import StartWorker, wait_state, wait_until
+from tests.integration.jobs.conftest import FAST, StartWorker, wait_state, wait_until
 from tests.support.job_contexts import context_from_row
+from tests.support.locks import finishes_without_waiting
 
 SLOW = WorkerOptions(owner="first", lease_ms=2_000, heartbeat_interval_ms=500, poll_interval_ms=100)
 
@@ -258,3 +260,58 @@ async def test_every_attempt_holds_a_lease_token_of_its_own(
     second = {r["id"]: r["lease_token"] for r in await pool.fetch(Q[statement], *args)}
     assert sorted(second) == ids
     assert all(second[job_id] != first[job_id] for job_id in ids)
+
+
+async def test_a_heartbeat_leaves_out_a_job_whose_outcome_is_on_its_way(
+    pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The claim statement that writes a completion locks the job's row. A heartbeat that waited for
+    # that lock, or held the row while its own commit waited for a slow WAL flush, stalled both
+    # claims in flight until their lock_timeout failed them and undid their work. Here a
+    # transaction holds the row as that claim would.
+    gate = asyncio.Event()
+    claim_held = asyncio.Event()
+    arm = False
+    claim = worker_module.claim
+
+    async def gated(db: Any, params: Any) -> Any:
+        if arm:
+            claim_held.set()
+            await gate.wait()
+        return await claim(db, params)
+
+    monkeypatch.setattr(worker_module, "claim", gated)
+    registry = Registry()
+
+    async def first(ctx: JobContext) -> None:
+        nonlocal arm
+        arm = True
+        # The enqueue's NOTIFY sends a claim out, held at the gate: the completion waits for it.
+        await enqueue(pool, "second", {})
+        await claim_held.wait()
+
+    registry.register("first", first)
+    registry.register("second", lambda ctx: None)
+    worker = await start_worker(registry, {"default": 4}, FAST)
+    first_id = (await enqueue(pool, "first", {})).id
+
+    async def first_pending() -> bool:
+        return any(ctx.id == first_id and worker._completer.is_pending(ctx) for ctx in worker._held)
+
+    await wait_until(first_pending)
+    async with pool.acquire() as holder:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("UPDATE job SET lease_expires_at = lease_expires_at WHERE id = $1", first_id)
+        holder_pid = await holder.fetchval("SELECT pg_backend_pid()")
+        finished, beat = await finishes_without_waiting(pool, holder_pid, worker.heartbeat())
+        await tx.rollback()
+    await beat
+    arm = False
+    gate.set()
+    assert finished, "a heartbeat waited for the row of a job whose completion is on its way"
+
+    async def both_completed() -> bool:
+        return int(await pool.fetchval("SELECT count(*) FROM job WHERE state = 'completed'")) == 2
+
+    await wait_until(both_completed)
