@@ -133,12 +133,18 @@ async def kill_holding(
     tries: int = 5,
 ) -> int:
     """SIGKILL a worker while it holds running jobs; returns how many it died holding (they keep
-    its leases until those expire). A worker seen holding jobs can finish them between the look and
-    the kill, and then its death interrupts nothing: another worker is started and killed the same
-    way, up to `tries` times. Every worker started is appended to `victims` for the caller to close."""
-    for _ in range(tries):
-        victim = PaymanagerProcess(env)
-        victims.append(victim)
+    its leases until those expire). The first worker killed is the caller's newest in `victims`
+    when it is still alive: started beside the survivor, it is at work when the kill is due, where
+    a worker started now could find the survivor has drained the outbox while it was starting. A
+    worker seen holding jobs can finish them between the look and the kill, and then its death
+    interrupts nothing: another worker is started and killed the same way, up to `tries` times.
+    Every worker started is appended to `victims` for the caller to close."""
+    for attempt in range(tries):
+        if attempt == 0 and victims and victims[-1].proc.poll() is None:
+            victim = victims[-1]
+        else:
+            victim = PaymanagerProcess(env)
+            victims.append(victim)
         assert await wait_holding(pool, victim, timeout_s), victim.output[-3000:]
         victim.kill()
         await wait_backends_gone(pool, victim, timeout_s=30)

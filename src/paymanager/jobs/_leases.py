@@ -68,8 +68,13 @@ class Leases:
                 report_error(self.on_error, "heartbeat", exc)
 
     async def heartbeat(self) -> None:
-        """Extend every held lease in one statement; flag lost leases and cancellations."""
-        held = list(self.held.values())
+        """Extend every held lease in one statement; flag lost leases and cancellations.
+
+        A job whose outcome is being written is left out: the claim statement that writes it locks
+        its row, and a heartbeat that waited for that lock, or held it while its own commit waited
+        for a slow WAL flush, stalled the claims behind it until their lock_timeout failed them.
+        Such a job needs no longer lease: its outcome is written with the next claim."""
+        held = [h for h in self.held.values() if not self._outcome_pending(h.ctx)]
         if not held:
             return
         alive = await extend_leases(
@@ -78,6 +83,7 @@ class Leases:
         for h in held:
             token = h.ctx.lease_token
             if token not in alive:
+                # Its outcome may have gone for writing while the statement ran: not lost then.
                 if h.ctx in self.held and not self._outcome_pending(h.ctx):
                     h.ctx.lease_lost.set()
                     h.ctx.cancelled.set()

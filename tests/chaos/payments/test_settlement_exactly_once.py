@@ -39,7 +39,7 @@ async def test_killed_worker_does_not_make_any_intent_settle_twice(
         database_url, WORKER_ROLES="outbox-worker", JOB_LEASE_MS="2000", JOB_HEARTBEAT_INTERVAL_MS="500",
         JOB_RESCUE_INTERVAL_MS="500", DB_POOL_MAX_SIZE="6", OUTBOX_BATCH_SIZE="50", OUTBOX_CONCURRENCY="20",
     )  # fmt: skip
-    survivor, victims = PaymanagerProcess(env), []
+    survivor, victims = PaymanagerProcess(env), [PaymanagerProcess(env)]
     try:
         assert await wait_settled(pool, INTENTS // 4, timeout_s=60) >= INTENTS // 4, survivor.output
         # SIGKILL a worker while it holds running jobs (settlement is fast enough that a kill at a

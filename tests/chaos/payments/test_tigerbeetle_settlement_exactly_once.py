@@ -46,7 +46,7 @@ async def test_killed_worker_settles_every_intent_once_on_tigerbeetle(
         JOB_RESCUE_INTERVAL_MS="500", DB_POOL_MAX_SIZE="6", OUTBOX_BATCH_SIZE="50", OUTBOX_CONCURRENCY="20",
         LEDGER_BACKEND="tigerbeetle", TB_ADDRESS=tigerbeetle_address,
     )  # fmt: skip
-    survivor, victims = PaymanagerProcess(env), []
+    survivor, victims = PaymanagerProcess(env), [PaymanagerProcess(env)]
     try:
         assert await kill_holding(pool, env, victims, timeout_s=120) > 0
         settled = await wait_settled(pool, INTENTS, timeout_s=180)

@@ -10,11 +10,15 @@ import asyncpg
 import pytest
 
 from paymanager.jobs import JobContext, LeaseLostError, NewJob, Registry, WorkerOptions, enqueue, enqueue_many
-from paymanager.jobs import worker as worker_module
 from paymanager.jobs._queries import Q
 from paymanager.jobs.batch import complete_all_in, hold_leases
 from paymanager.jobs.maintenance import Maintenance
-from tests.integration.jobs.conftest import FAST, StartWorker, wait_state, wait_until
+from tests.integration.jobs.conftest import (
+    StartWorker,
+    a_completion_behind_a_held_claim,
+    wait_state,
+    wait_until,
+)
 from tests.support.job_contexts import context_from_row
 from tests.support.locks import finishes_without_waiting
 
@@ -269,36 +273,7 @@ async def test_a_heartbeat_leaves_out_a_job_whose_outcome_is_on_its_way(
     # that lock, or held the row while its own commit waited for a slow WAL flush, stalled both
     # claims in flight until their lock_timeout failed them and undid their work. Here a
     # transaction holds the row as that claim would.
-    gate = asyncio.Event()
-    claim_held = asyncio.Event()
-    arm = False
-    claim = worker_module.claim
-
-    async def gated(db: Any, params: Any) -> Any:
-        if arm:
-            claim_held.set()
-            await gate.wait()
-        return await claim(db, params)
-
-    monkeypatch.setattr(worker_module, "claim", gated)
-    registry = Registry()
-
-    async def first(ctx: JobContext) -> None:
-        nonlocal arm
-        arm = True
-        # The enqueue's NOTIFY sends a claim out, held at the gate: the completion waits for it.
-        await enqueue(pool, "second", {})
-        await claim_held.wait()
-
-    registry.register("first", first)
-    registry.register("second", lambda ctx: None)
-    worker = await start_worker(registry, {"default": 4}, FAST)
-    first_id = (await enqueue(pool, "first", {})).id
-
-    async def first_pending() -> bool:
-        return any(ctx.id == first_id and worker._completer.is_pending(ctx) for ctx in worker._held)
-
-    await wait_until(first_pending)
+    worker, first_id, open_gate = await a_completion_behind_a_held_claim(pool, start_worker, monkeypatch)
     async with pool.acquire() as holder:
         tx = holder.transaction()
         await tx.start()
@@ -307,8 +282,7 @@ async def test_a_heartbeat_leaves_out_a_job_whose_outcome_is_on_its_way(
         finished, beat = await finishes_without_waiting(pool, holder_pid, worker.heartbeat())
         await tx.rollback()
     await beat
-    arm = False
-    gate.set()
+    open_gate()
     assert finished, "a heartbeat waited for the row of a job whose completion is on its way"
 
     async def both_completed() -> bool:
