@@ -61,8 +61,11 @@ async def test_card_declined_after_the_gift_debit_cancels_the_debit_once(env: En
     assert (await env.confirm(session["id"])).status_code == 200
     await env.wait_leg(session["id"], 0, "captured")
     assert await env.giftcards.balance("GC-2001") == 1_000
+    # The failed authorisation must be waiting for its retry before the retry is asked for: under
+    # load the leg's status can be read before its job's first attempt has ended.
+    await env.wait_job("AUTHORIZE_PSP", "retryable")
     await env.cards.faults(fail_cards=[])
-    await env.retry_now("AUTHORIZE_PSP")
+    assert await env.retry_now("AUTHORIZE_PSP") == 1
 
     failed = await env.wait_status(session["id"], "failed")
     assert failed["legs"][1]["status"] == "failed"
@@ -83,8 +86,11 @@ async def test_gift_card_without_balance_fails_the_session_and_releases_the_card
     await env.giftcards.faults(fail_cards=["GC-3001"])
     assert (await env.confirm(session["id"])).status_code == 200
     await env.wait_leg(session["id"], 1, "authorized")
+    # The card leg can be authorised before the gift debit's first attempt has failed: a retry
+    # asked for then finds nothing to retry, and the debit's next attempt is a minute away.
+    await env.wait_job("DEBIT_GIFT", "retryable")
     await env.giftcards.faults(fail_cards=[])
-    await env.retry_now("DEBIT_GIFT")
+    assert await env.retry_now("DEBIT_GIFT") == 1
 
     failed = await env.wait_status(session["id"], "failed")
     assert failed["legs"][0]["status"] == "failed"
