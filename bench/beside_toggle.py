@@ -1,6 +1,7 @@
 """What the limited queues cost a plain queue, read within one drain.
 
-    .venv/bin/python bench/beside_toggle.py [--jobs 600000] [--half 0.1] [--drains 2] [--only rated|capped]
+    .venv/bin/python bench/beside_toggle.py [--jobs 600000] [--half 0.1] [--drains 2]
+        [--only rated|capped|plain|none]
 
 One worker process drains `--jobs` no-op jobs of the plain queue while serving bench/jobs.py's
 rate-limited and globally limited queues (`--beside-limited`'s, side jobs of BENCH_SIDE_JOB_MS, 5 by
@@ -9,7 +10,14 @@ in every second period of `--half` seconds, so they run in one half of each pair
 other; the worker counts the plain queue's completions per 10 ms. Printed per drain: the plain
 queue's jobs in the halves with the limited queues over those without (their sums, the edges of
 each half left out: a side job started at the end of a half runs into the next, so `--half` must be
-several side jobs long), and the geometric mean of the pairs with its standard error.
+several side jobs long), the geometric mean of the pairs with its standard error, and how many side
+jobs ran.
+
+`--only plain`, the control: the same side jobs in a queue without limits (bench/jobs.py's
+SIDE_PLAIN, held to about as many side jobs a second by its per-process concurrency), paused and
+resumed by the operator's pause. What it costs the plain queue is the side jobs' own work, which
+no limit adds to; the limited queues' figure less this one is what the limits cost. `--only none`,
+the null: the same pauses and resumes with the side queue empty, which should read 1.
 
 Why not two runs side by side (bench/jobs_ab.py): this VM's speed moves by a third in spells that
 last seconds, longer than a run, so alternate runs of one setting read 0.93 and 1.00 over 48
@@ -42,35 +50,38 @@ BUCKET_S = 0.01
 EDGE = 0.2
 
 
-async def counting_worker(dsn: str) -> dict[str, int]:
-    """bench/jobs.py's worker beside the limited queues, counting the plain queue's jobs per bucket."""
+async def counting_worker(dsn: str, side_plain: bool) -> dict[str, int]:
+    """bench/jobs.py's worker beside the side queues, counting the plain queue's jobs per bucket."""
     buckets: collections.Counter[int] = collections.Counter()
 
     def count() -> None:
         buckets[int(time.time() / BUCKET_S)] += 1
 
-    await jb.ours_worker(dsn, "drain", on_noop=count, limited=True)
+    await jb.ours_worker(dsn, "drain", on_noop=count, limited=not side_plain, side_plain=side_plain)
     return {str(k): v for k, v in buckets.items()}
 
 
-def worker_main(dsn: str) -> None:
+def worker_main(dsn: str, side_plain: bool) -> None:
     from paymanager.logging import configure_logging
 
     configure_logging("warning", "json")  # stdout carries the protocol; logs go to stderr
-    print(json.dumps(jb.run_on_loop(counting_worker(dsn))), flush=True)
+    print(json.dumps(jb.run_on_loop(counting_worker(dsn, side_plain))), flush=True)
 
 
-def toggled_drain(dsn: str, half: float) -> tuple[dict[int, int], float, float]:
-    """Start the worker at a whole second, pause the limited queues in every second half until the
+def toggled_drain(dsn: str, half: float, side_plain: bool) -> tuple[dict[int, int], float, float]:
+    """Start the worker at a whole second, pause the side queues in every second half until the
     plain queue is empty; the worker's buckets, and the drain's start and end (epoch seconds)."""
     proc = subprocess.Popen(
-        [sys.executable, __file__, "worker", dsn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, __file__, "worker", dsn, "plain" if side_plain else "limited"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdin is not None
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != "ready":
         raise RuntimeError("the worker did not start")
-    started, ended = asyncio.run(toggle(dsn, half, proc.stdin))
+    started, ended = asyncio.run(toggle(dsn, half, proc.stdin, side_plain))
     proc.stdin.write("stop\n")
     proc.stdin.flush()
     buckets = {int(k): v for k, v in json.loads(proc.stdout.readline()).items()}
@@ -78,8 +89,9 @@ def toggled_drain(dsn: str, half: float) -> tuple[dict[int, int], float, float]:
     return buckets, started, ended
 
 
-async def toggle(dsn: str, half: float, worker: IO[str]) -> tuple[float, float]:
+async def toggle(dsn: str, half: float, worker: IO[str], side_plain: bool) -> tuple[float, float]:
     from paymanager.jobs._store import pause_queue_for
+    from paymanager.jobs.admin import pause_queue, resume_queue
 
     conn = await asyncpg.connect(dsn)
     try:
@@ -88,10 +100,16 @@ async def toggle(dsn: str, half: float, worker: IO[str]) -> tuple[float, float]:
         worker.flush()
         started = time.time()
         paused_until = 0.0
+        plain_paused = False
         while await conn.fetchval(jb.OURS_PLAIN_BUSY):
             now = time.time()
             into_pair = now % (2 * half)
-            if into_pair >= half and now >= paused_until:
+            if side_plain:
+                # The operator's pause keeps the queue on the plain claims; resuming wakes the worker.
+                if (into_pair >= half) != plain_paused:
+                    plain_paused = not plain_paused
+                    await (pause_queue if plain_paused else resume_queue)(conn, jb.SIDE_PLAIN)
+            elif into_pair >= half and now >= paused_until:
                 paused_until = now + 2 * half - into_pair
                 for queue in (jb.RATED, jb.CAPPED):
                     await pause_queue_for(conn, queue=queue, pause_ms=int((2 * half - into_pair) * 1000))
@@ -124,6 +142,31 @@ def read_pairs(
     return pairs
 
 
+async def side_jobs_done(dsn: str) -> str:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT queue, count(*) AS n FROM job WHERE queue <> $1 AND state = 'completed'"
+            " GROUP BY queue ORDER BY queue",
+            jb.QUEUE,
+        )
+    finally:
+        await conn.close()
+    return ", ".join(f"{row['queue']} {row['n']}" for row in rows) or "none"
+
+
+async def fill_side_plain(dsn: str) -> None:
+    from paymanager.jobs import NewJob, enqueue_many
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        jobs = [NewJob("side", {"i": i}, queue=jb.SIDE_PLAIN) for i in range(jb.SIDE_PLAIN_JOBS)]
+        if jobs:
+            await enqueue_many(conn, jobs)
+    finally:
+        await conn.close()
+
+
 def report(pairs: list[tuple[float, float]], seconds: float, n: int) -> str:
     ratios = [math.log(on / off) for on, off in pairs if on > 0 and off > 0]
     mean = sum(ratios) / len(ratios)
@@ -131,7 +174,7 @@ def report(pairs: list[tuple[float, float]], seconds: float, n: int) -> str:
     on_sum, off_sum = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
     return (
         f"{n} plain jobs in {seconds:.1f} s ({n / seconds:.0f}/s), {len(pairs)} pairs: with / without the "
-        f"limited queues {on_sum / off_sum:.3f} (sums); geometric mean {math.exp(mean):.3f} "
+        f"side queues {on_sum / off_sum:.3f} (sums); geometric mean {math.exp(mean):.3f} "
         f"+- {math.exp(mean) * se:.3f}; {sum(r > 0 for r in ratios)} pairs above 1"
     )
 
@@ -145,7 +188,12 @@ def main() -> None:
         "--half", type=float, default=0.1, help="seconds with, then without, the limited queues"
     )
     parser.add_argument("--drains", type=int, default=2)
-    parser.add_argument("--only", choices=("rated", "capped"), help="fill one limited queue, the other empty")
+    parser.add_argument(
+        "--only",
+        choices=("rated", "capped", "plain", "none"),
+        help="fill one limited queue, the other empty; plain: the control, a side queue without limits;"
+        " none: the null, plain's pauses and resumes with its queue empty",
+    )
     args = parser.parse_args()
     if 2 * edge_s(args.half) >= 0.8 * args.half:
         parser.error(
@@ -157,9 +205,12 @@ def main() -> None:
         jb.CAPPED_JOBS = 0
     elif args.only == "capped":
         jb.RATED_JOBS = 0
+    side_plain = args.only in ("plain", "none")
+    if args.only == "none":
+        jb.SIDE_PLAIN_JOBS = 0
     print(
         f"# {args.jobs} plain jobs a drain, halves of {args.half} s, side jobs of "
-        f"{jb.side_job_s() * 1000:g} ms, limited queues: {args.only or 'rated and capped'}; "
+        f"{jb.side_job_s() * 1000:g} ms, side queues: {args.only or 'rated and capped'}; "
         f"load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
@@ -167,15 +218,17 @@ def main() -> None:
         dsn = asyncio.run(jb.create_database("ours"))
         try:
             asyncio.run(jb.ours_bulk(dsn, args.jobs))
-            asyncio.run(jb.fill_limited_queues(dsn))
-            buckets, started, ended = toggled_drain(dsn, args.half)
+            asyncio.run(fill_side_plain(dsn) if side_plain else jb.fill_limited_queues(dsn))
+            buckets, started, ended = toggled_drain(dsn, args.half, side_plain)
+            side = asyncio.run(side_jobs_done(dsn))
         finally:
             asyncio.run(jb.drop_database(dsn))
         print(report(read_pairs(buckets, started, ended, args.half), ended - started, args.jobs), flush=True)
+        print(f"  side jobs completed: {side}", flush=True)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "worker":
-        worker_main(sys.argv[2])
+    if len(sys.argv) == 4 and sys.argv[1] == "worker":
+        worker_main(sys.argv[2], sys.argv[3] == "plain")
     else:
         main()

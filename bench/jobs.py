@@ -94,6 +94,9 @@ FIGURES = ("bulk", "proc1", "proc2", "single", "latency", "floor")
 # --beside-limited: the limited queues beside the plain one, and the jobs that keep them busy.
 RATED, RATED_PER_S, RATED_JOBS = "bench.rated", 100, 2_000
 CAPPED, CAPPED_RUNNING, CAPPED_JOBS = "bench.capped", 5, 20_000
+# A side queue without limits, held to about as many side jobs by its per-process concurrency
+# (bench/beside_toggle.py --only plain: what side jobs cost the plain queue with no limit involved).
+SIDE_PLAIN, SIDE_PLAIN_RUNNING, SIDE_PLAIN_JOBS = "bench.side", 2, 40_000
 # PGQueuer's batch_size: chosen by the sweep (bench) and passed to worker processes by environment.
 PGQ_BATCH = int(os.environ.get("BENCH_PGQ_BATCH", "100"))
 # --floor-burn-us: CPU the bare claim loop burns per claimed job (worker processes read it here).
@@ -366,10 +369,15 @@ def latency_run(engine: str, dsn: str) -> tuple[list[float], list[float]]:
 
 
 async def ours_worker(
-    dsn: str, mode: str, on_noop: Callable[[], None] | None = None, limited: bool | None = None
+    dsn: str,
+    mode: str,
+    on_noop: Callable[[], None] | None = None,
+    limited: bool | None = None,
+    side_plain: bool = False,
 ) -> dict[str, Any]:
     """paymanager's worker for one drain (or one latency run): `on_noop` is called for each noop
-    job (bench/beside_toggle.py counts them), `limited` overrides BENCH_BESIDE_LIMITED."""
+    job (bench/beside_toggle.py counts them), `limited` overrides BENCH_BESIDE_LIMITED, `side_plain`
+    serves SIDE_PLAIN too."""
     latencies: list[float] = []
     expected = LATENCY_JOBS if mode == "latency" else None
     finished = asyncio.Event()
@@ -397,6 +405,8 @@ async def ours_worker(
     registry.register("side", side, queue=RATED)
     with_limited = beside_limited() if limited is None else limited
     queues = {QUEUE: CONCURRENCY, RATED: 10, CAPPED: 10} if with_limited else {QUEUE: CONCURRENCY}
+    if side_plain:
+        queues[SIDE_PLAIN] = SIDE_PLAIN_RUNNING
     pool = await create_pool(dsn, min_size=2, max_size=PIPELINE + 3)
     options = WorkerOptions(
         owner=f"bench-{os.getpid()}",
