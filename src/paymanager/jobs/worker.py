@@ -364,7 +364,10 @@ class Worker:
 
     def _should_claim(self) -> bool:
         """A claim is worth a round trip when a queue with work has free slots: any number when no
-        claim is in flight (latency), a full share (concurrency / pipeline) otherwise (batch size).
+        claim is in flight (latency), else as many, the queues with work taken together, as a full
+        share (concurrency / pipeline) of the largest of them (batch size). A small queue's free
+        slot beside a busy queue waits for that queue's next claim, or for none in flight: a claim
+        of its own beside the claims in flight would cost a statement and a commit for one job.
         A second claim goes out beside one in flight only once a claim came back full (a backlog):
         an idle worker woken by one NOTIFY sent two claims for its one job, and the second one's
         backend took a core from the first on the enqueue-to-start path."""
@@ -373,13 +376,14 @@ class Worker:
         in_flight = len(self._claims)
         if in_flight and not self._last_claim_filled:
             return False
-        pipeline = self._options.claim_pipeline
-        return any(
-            self._free[q] > 0
-            and self._maybe_work[q]
-            and (in_flight == 0 or self._free[q] * pipeline >= self._limits[q])
-            for q in self._limited.plain
-        )
+        free = largest = 0
+        for q in self._limited.plain:
+            if self._maybe_work[q]:
+                if self._free[q] > 0 and not in_flight:
+                    return True
+                free += self._free[q]
+                largest = max(largest, self._limits[q])
+        return free > 0 and free * self._options.claim_pipeline >= largest
 
     def _reserve(self) -> tuple[list[str], list[int]]:
         """Take the free slots of the queues that may have work for one claim."""

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import asyncpg
+import pytest
 
 from paymanager.jobs import (
     EventStream,
@@ -16,11 +17,14 @@ from paymanager.jobs import (
     NewJob,
     PermanentError,
     Registry,
+    Worker,
     WorkerOptions,
     enqueue,
     enqueue_flow,
     enqueue_many,
 )
+from paymanager.jobs import worker as worker_module
+from paymanager.jobs._store import claim
 from tests.integration.jobs.conftest import FAST, StartWorker, job_state, wait_state, wait_until
 from tests.support.waiting import now_true
 
@@ -441,6 +445,47 @@ async def test_claim_cooldown_gathers_jobs_arriving_meanwhile_into_one_claim(
         "SELECT count(DISTINCT attempted_at) FROM job WHERE id = ANY($1::bigint[])", later
     )
     assert claims == 1  # attempted_at is the claim's transaction time: one claim took all five
+
+
+async def test_a_small_queues_free_slot_waits_for_the_busy_queues_claim_not_beside_it(
+    pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Beside a claim in flight, a claim goes for a full share of the largest queue with work: a
+    # small queue's one free slot, claimed alone beside the busy queue's claims, cost a statement
+    # (and its commit) for one job, and the busy queue's batches shrank around it.
+    registry = Registry()
+
+    @registry.handler("quick")
+    async def quick(ctx: JobContext) -> None:
+        del ctx
+
+    @registry.handler("slow")
+    async def slow(ctx: JobContext) -> None:
+        await asyncio.sleep(0.01)
+
+    in_flight = 0
+    # The queues of each claim sent while another was in flight and the busy queue had work.
+    beside: list[list[str]] = []
+    started: list[Worker] = []
+
+    async def recording(conn: Any, params: Any) -> Any:
+        nonlocal in_flight
+        if in_flight and started and started[0]._maybe_work["busy"]:
+            beside.append(list(params.queues))
+        in_flight += 1
+        try:
+            return await claim(conn, params)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(worker_module, "claim", recording)
+    await enqueue_many(pool, [NewJob("quick", {"i": i}, queue="busy") for i in range(5_000)])
+    small = await enqueue_many(pool, [NewJob("slow", {"i": i}, queue="small") for i in range(20)])
+    started.append(await start_worker(registry, {"busy": 40, "small": 1}))
+    for job_id in small:
+        await wait_state(pool, job_id, "completed")
+    assert beside  # the busy queue's backlog kept two claims in flight
+    assert [queues for queues in beside if "busy" not in queues] == []
 
 
 async def test_a_worker_that_deletes_completed_jobs_keeps_no_row_but_a_flows_children(
