@@ -145,14 +145,10 @@ def read_pairs(
 async def side_jobs_done(dsn: str) -> str:
     conn = await asyncpg.connect(dsn)
     try:
-        rows = await conn.fetch(
-            "SELECT queue, count(*) AS n FROM job WHERE queue <> $1 AND state = 'completed'"
-            " GROUP BY queue ORDER BY queue",
-            jb.QUEUE,
-        )
+        done = await jb.side_jobs_completed(conn)
     finally:
         await conn.close()
-    return ", ".join(f"{row['queue']} {row['n']}" for row in rows) or "none"
+    return ", ".join(f"{queue} {n}" for queue, n in done.items()) or "none"
 
 
 async def fill_side_plain(dsn: str) -> None:
@@ -168,6 +164,8 @@ async def fill_side_plain(dsn: str) -> None:
 
 
 def report(pairs: list[tuple[float, float]], seconds: float, n: int) -> str:
+    if len(pairs) < 2:
+        return f"{n} plain jobs in {seconds:.1f} s: {len(pairs)} pairs, too few to read: raise --jobs"
     ratios = [math.log(on / off) for on, off in pairs if on > 0 and off > 0]
     mean = sum(ratios) / len(ratios)
     se = (sum((r - mean) ** 2 for r in ratios) / (len(ratios) - 1)) ** 0.5 / len(ratios) ** 0.5

@@ -311,18 +311,24 @@ async def fill_limited_queues(dsn: str) -> None:
         await pool.close()
 
 
+async def side_jobs_completed(conn: asyncpg.Connection) -> dict[str, int]:
+    """The jobs completed per queue other than the plain one."""
+    rows = await conn.fetch(
+        "SELECT queue, count(*) AS n FROM job WHERE queue <> $1 AND state = 'completed'"
+        " GROUP BY queue ORDER BY queue",
+        QUEUE,
+    )
+    return {row["queue"]: int(row["n"]) for row in rows}
+
+
 async def report_limited_queues(dsn: str, workers: int, seconds: float) -> None:
     """How much the limited queues did while the plain queue drained (they must have been busy)."""
     conn = await asyncpg.connect(dsn)
     try:
-        rows = await conn.fetch(
-            "SELECT queue, count(*) AS n FROM job WHERE queue <> $1 AND state = 'completed' GROUP BY queue",
-            QUEUE,
-        )
+        done = await side_jobs_completed(conn)
         await conn.execute("DELETE FROM job WHERE queue <> $1", QUEUE)
     finally:
         await conn.close()
-    done = {row["queue"]: int(row["n"]) for row in rows}
     print(
         f"  beside, {workers} process(es), {seconds:.2f} s: {done.get(RATED, 0)} jobs of {RATED} "
         f"({RATED_PER_S}/1s), {done.get(CAPPED, 0)} of {CAPPED} ({CAPPED_RUNNING} at once) completed, "
