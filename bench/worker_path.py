@@ -59,10 +59,14 @@ async def per_job_us(batches: int) -> float:
         executor, completer = worker._executor, worker._completer
         # A tree before 2026-12-06 starts one job per call (`--against` runs older trees).
         starts_all = len(inspect.signature(executor.start).parameters) == 1
+        # A tree since 2026-12-06 also takes the limited queues a plain claim took along (none here).
+        limited_args: tuple[list[str], list[int]] | tuple[()] = (
+            ([], []) if "limited" in inspect.signature(worker._claimed).parameters else ()
+        )
         started = time.perf_counter()
         for jobs in rows:
             worker._free["bench"] -= BATCH
-            starts, _ = worker._claimed(Claimed(jobs, set()), ["bench"], [BATCH], {"bench": 0})
+            starts, _ = worker._claimed(Claimed(jobs, set()), ["bench"], [BATCH], {"bench": 0}, *limited_args)
             if starts_all:
                 executor.start(starts)
             else:
