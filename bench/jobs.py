@@ -3,12 +3,16 @@
     .venv/bin/python bench/jobs.py [--jobs 100000] [--retention-jobs 100000] [--retention-rounds 5]
                                    [--skip-retention] [--only proc1,proc2,latency] [--loop uvloop|asyncio]
                                    [--beside-limited] [--pgq-batch sweep|N] [--pgq-sweep 100,250,500,1000]
+                                   [--ours-concurrency sweep|N] [--ours-sweep 200,400,800,1600]
                                    [--floor-burn-us U]
                                    (--only takes: bulk, proc1, proc2, single, latency, floor)
 
 PGQueuer runs at its best batch size on this machine: with `--pgq-batch sweep` (the default) each
 size of `--pgq-sweep` processes the N jobs with one worker process first, the fastest is printed and
-used for every figure; `--pgq-batch N` fixes it.
+used for every figure; `--pgq-batch N` fixes it. paymanager runs at its best per-process concurrency
+the same way: `--ours-concurrency sweep` (the default) tries each of `--ours-sweep` (a claim takes
+concurrency / pipeline jobs, so the concurrency sets the claim's size as PGQueuer's batch size sets
+its fetch), `--ours-concurrency N` fixes it (200 is the setting of the sittings before 2026-12-07).
 
 Figures (each printed with PGQueuer's figure from the same run and the ratio):
 - processing N pre-queued no-op jobs with 1 and 2 worker processes (leases, heartbeats, fencing on,
@@ -78,8 +82,8 @@ T = TypeVar("T")
 SERVER = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 QUEUE = "bench"
 # Worker processes inherit these through the environment (the A/B knobs of a tuning session).
-# Concurrency 200 with the pipeline of 2 claims makes claims of up to 100 jobs: the same batch as
-# PGQueuer's `batch_size=100` (PGQ_BATCH). Runs before 2026-11-29 13:00 used 100 (claims of 50).
+# The per-process concurrency: chosen by the sweep (bench), else 200, which with the pipeline of 2
+# claims makes claims of up to 100 jobs.
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "200"))
 PIPELINE = int(os.environ.get("BENCH_PIPELINE", "2"))
 NOTIFY_COMPLETED = os.environ.get("BENCH_NOTIFY_COMPLETED", "1") == "1"
@@ -713,6 +717,26 @@ def sweep_pgq_batch(dsn: str, n: int, sizes: list[int]) -> int:
     return best
 
 
+def sweep_ours_concurrency(dsn: str, n: int, values: list[int]) -> int:
+    """paymanager's fastest per-process concurrency here: each processes `n` jobs with one worker
+    process (the procedure of PGQueuer's sweep)."""
+    global CONCURRENCY
+    speeds: dict[int, float] = {}
+    for value in values:
+        CONCURRENCY = value
+        os.environ["BENCH_CONCURRENCY"] = str(value)
+        asyncio.run(reset("ours", dsn))
+        asyncio.run(ours_bulk(dsn, n))
+        seconds, _ = process_run("ours", dsn, 1)
+        speeds[value] = n / seconds
+    best = max(speeds, key=lambda value: speeds[value])
+    shown = ", ".join(f"{value}: {speed:.0f} jobs/s" for value, speed in speeds.items())
+    print(f"# paymanager concurrency sweep (1 process, {n} jobs): {shown}; best {best}", flush=True)
+    CONCURRENCY = best
+    os.environ["BENCH_CONCURRENCY"] = str(best)
+    return best
+
+
 def bench(args: argparse.Namespace) -> None:
     from paymanager.logging import configure_logging
 
@@ -730,6 +754,11 @@ def bench(args: argparse.Namespace) -> None:
         else:
             os.environ["BENCH_PGQ_BATCH"] = args.pgq_batch
             globals()["PGQ_BATCH"] = int(args.pgq_batch)
+        if args.ours_concurrency == "sweep":
+            sweep_ours_concurrency(dsns["ours"], n, [int(v) for v in args.ours_sweep.split(",")])
+        else:
+            os.environ["BENCH_CONCURRENCY"] = args.ours_concurrency
+            globals()["CONCURRENCY"] = int(args.ours_concurrency)
         print(
             f"# job engine benchmark: {n} jobs, concurrency {CONCURRENCY} per worker process "
             f"(PGQueuer batch {PGQ_BATCH}), {args.rounds} interleaved rounds, median shown; "
@@ -784,6 +813,10 @@ def main() -> None:
     )
     parser.add_argument("--pgq-batch", default="sweep", help="PGQueuer's batch size, or `sweep`")
     parser.add_argument("--pgq-sweep", default="100,250,500,1000", help="the sizes the sweep tries")
+    parser.add_argument(
+        "--ours-concurrency", default="sweep", help="paymanager's per-process concurrency, or `sweep`"
+    )
+    parser.add_argument("--ours-sweep", default="200,400,800,1600", help="the concurrencies the sweep tries")
     parser.add_argument(
         "--floor-burn-us", type=float, default=0, help="CPU the floor's loop burns per job (us)"
     )
