@@ -11,9 +11,10 @@ poll while any of its queues has limits (a pause asked by a handler ends without
 A queue that may not start jobs before some time (its rate window spent, or a handler's
 RateLimitedError paused it) is blocked until then by a timer: no claim goes out for it meanwhile, and
 the timer wakes the worker when the window opens. A queue at its global concurrency is not claimed
-again until a slot frees: a job of it that completes here is written by the queue's next claim
-(both limited claims complete first, then count), which goes at once, or with the next plain claim
-when one is in flight; elsewhere a NOTIFY says so. The statements that write completions send it
+again until a slot frees (a worker holding all of its slots itself sends no claim for it at all): a
+job of it that completes here is written by the queue's next claim (both limited claims complete
+first, then count), which goes at once, or with the next plain claim when one is in flight;
+elsewhere a NOTIFY says so. The statements that write completions send it
 with their commit (job_claim_batch, job_complete_many, and the limited claims for the queues they
 take when the claim left a slot free), and the process that wrote any other outcome sends one
 (`finished`).

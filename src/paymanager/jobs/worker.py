@@ -403,8 +403,9 @@ class Worker:
         return queues, wanted
 
     def _limited_ready(self) -> list[str]:
-        """The limited queues a claim may go out for: work maybe, free slots, not blocked, and no
-        claim of theirs in flight (their claims are serialised in the database anyway)."""
+        """The limited queues a claim may go out for: work maybe, free slots, not blocked, no claim
+        of theirs in flight (their claims are serialised in the database anyway), and not a global
+        concurrency this process fills alone."""
         return [
             queue
             for queue in self._limited.limits
@@ -413,7 +414,18 @@ class Worker:
             and self._free[queue] > 0
             and self._maybe_work[queue]
             and not self._limited.is_blocked(queue)
+            and not self._fills_global_concurrency(queue)
         ]
+
+    def _fills_global_concurrency(self, queue: str) -> bool:
+        """This process holds as many jobs of `queue` as its global concurrency allows: no process
+        can start one, so a claim would read the queue's row and count its running jobs for nothing
+        (a NOTIFY of an enqueue, or of a slot freed and already taken, wakes the queue meanwhile).
+        A job counts until its outcome is handed on: the claim that writes it frees its slot first.
+        A job whose lease was lost and rescued still counts while its handler runs: it still calls
+        the partner whose concurrency the limit protects."""
+        cap = self._limited.limits[queue].concurrency_max
+        return cap is not None and self._limits[queue] - self._free[queue] >= cap
 
     def _reserve_limited(self) -> tuple[list[str], list[int]]:
         """Take the free slots of the limited queues ready for a claim, for the plain claim going

@@ -498,3 +498,65 @@ async def test_a_busy_plain_queues_claims_take_a_globally_limited_queue_with_the
     # The plain queue's claims took the capped queue's jobs with them while they went out.
     assert taken_along, "no capped job was claimed by a plain claim's statement"
     assert int(await pool.fetchval("SELECT max(attempt) FROM job")) == 1
+
+
+async def test_a_worker_holding_a_queues_whole_global_concurrency_sends_no_claim_for_it(
+    pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # While this process runs as many jobs of a queue as its global concurrency allows, no process
+    # can start one: an enqueue's NOTIFY must not send a claim to read the queue's row and count
+    # its running jobs for nothing, whether taken along by a plain claim or a claim of its own.
+    await set_global_concurrency(pool, QUEUE, 2)
+    claims_of_queue = 0
+    claim, claim_limited = worker_module.claim, limits_module.claim_limited
+
+    async def recording(db: Any, params: Any) -> Any:
+        nonlocal claims_of_queue
+        claims_of_queue += QUEUE in params.limited
+        return await claim(db, params)
+
+    async def recording_limited(db: Any, **kwargs: Any) -> Any:
+        nonlocal claims_of_queue
+        claims_of_queue += kwargs["queue"] == QUEUE
+        return await claim_limited(db, **kwargs)
+
+    monkeypatch.setattr(worker_module, "claim", recording)
+    monkeypatch.setattr(limits_module, "claim_limited", recording_limited)
+    release = asyncio.Event()
+    registry = Registry()
+
+    @registry.handler("partner_call", queue=QUEUE)
+    async def partner_call(ctx: JobContext) -> None:
+        await release.wait()
+
+    @registry.handler("plain_call", queue="plain")
+    async def plain_call(ctx: JobContext) -> None:
+        del ctx
+
+    await start_worker(registry, {"plain": 10, QUEUE: 5})
+    await enqueue_many(pool, [NewJob("partner_call", {"i": i}, queue=QUEUE) for i in range(2)])
+
+    async def two_running() -> bool:
+        return int(await pool.fetchval(RUNNING, QUEUE)) == 2
+
+    await wait_until(two_running)
+    before = claims_of_queue
+    # Each enqueue NOTIFYs the queue's workers; a plain job after them, on the same channel, is
+    # claimed only once the worker has gone through their wake-ups.
+    for i in range(5):
+        await enqueue_many(pool, [NewJob("partner_call", {"later": i}, queue=QUEUE)])
+    [plain] = await enqueue_many(pool, [NewJob("plain_call", {}, queue="plain")])
+
+    async def plain_done() -> bool:
+        return await pool.fetchval("SELECT state FROM job WHERE id = $1", plain) == "completed"
+
+    await wait_until(plain_done)
+    assert claims_of_queue == before
+    release.set()
+
+    async def all_done() -> bool:
+        done = "SELECT count(*) FROM job WHERE queue = $1 AND state = 'completed'"
+        return int(await pool.fetchval(done, QUEUE)) == 7
+
+    await wait_until(all_done)
+    assert claims_of_queue > before
