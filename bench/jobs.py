@@ -698,42 +698,35 @@ def ours_only(n: int, rounds: list[dict[str, float]]) -> None:
         print(f"  per round ({ratio_label}): {per_round}")
 
 
-def sweep_pgq_batch(dsn: str, n: int, sizes: list[int]) -> int:
-    """PGQueuer's fastest batch size here: each size processes `n` jobs with one worker process."""
-    global PGQ_BATCH
-    speeds: dict[int, float] = {}
-    for size in sizes:
-        PGQ_BATCH = size
-        os.environ["BENCH_PGQ_BATCH"] = str(size)
-        asyncio.run(reset("pgq", dsn))
-        asyncio.run(pgq_bulk(dsn, n))
-        seconds, _ = process_run("pgq", dsn, 1)
-        speeds[size] = n / seconds
-    best = max(speeds, key=lambda size: speeds[size])
-    shown = ", ".join(f"{size}: {speed:.0f} jobs/s" for size, speed in speeds.items())
-    print(f"# PGQueuer batch sweep (1 process, {n} jobs): {shown}; best {best}", flush=True)
-    PGQ_BATCH = best
-    os.environ["BENCH_PGQ_BATCH"] = str(best)
-    return best
+# What each engine's sweep sets: the module global its worker processes read, the environment
+# variable they inherit it by, and how the sweep's line names it.
+SWEPT = {
+    "pgq": ("PGQ_BATCH", "BENCH_PGQ_BATCH", "PGQueuer batch"),
+    "ours": ("CONCURRENCY", "BENCH_CONCURRENCY", "paymanager concurrency"),
+}
 
 
-def sweep_ours_concurrency(dsn: str, n: int, values: list[int]) -> int:
-    """paymanager's fastest per-process concurrency here: each processes `n` jobs with one worker
-    process (the procedure of PGQueuer's sweep)."""
-    global CONCURRENCY
+def set_swept(engine: str, value: int) -> None:
+    """Set the engine's swept setting here and for the worker processes started from now."""
+    name, env, _ = SWEPT[engine]
+    globals()[name] = value
+    os.environ[env] = str(value)
+
+
+def sweep(engine: str, dsn: str, n: int, values: list[int]) -> int:
+    """The engine's fastest setting here (PGQueuer's batch size, paymanager's per-process
+    concurrency): each value processes `n` jobs with one worker process; the best is set."""
     speeds: dict[int, float] = {}
     for value in values:
-        CONCURRENCY = value
-        os.environ["BENCH_CONCURRENCY"] = str(value)
-        asyncio.run(reset("ours", dsn))
-        asyncio.run(ours_bulk(dsn, n))
-        seconds, _ = process_run("ours", dsn, 1)
+        set_swept(engine, value)
+        asyncio.run(reset(engine, dsn))
+        asyncio.run((ours_bulk if engine == "ours" else pgq_bulk)(dsn, n))
+        seconds, _ = process_run(engine, dsn, 1)
         speeds[value] = n / seconds
     best = max(speeds, key=lambda value: speeds[value])
     shown = ", ".join(f"{value}: {speed:.0f} jobs/s" for value, speed in speeds.items())
-    print(f"# paymanager concurrency sweep (1 process, {n} jobs): {shown}; best {best}", flush=True)
-    CONCURRENCY = best
-    os.environ["BENCH_CONCURRENCY"] = str(best)
+    print(f"# {SWEPT[engine][2]} sweep (1 process, {n} jobs): {shown}; best {best}", flush=True)
+    set_swept(engine, best)
     return best
 
 
@@ -749,16 +742,14 @@ def bench(args: argparse.Namespace) -> None:
     try:
         dsns = {engine: asyncio.run(create_database(engine)) for engine in ("ours", "pgq")}
         created.extend(dsns.values())
-        if args.pgq_batch == "sweep":
-            sweep_pgq_batch(dsns["pgq"], n, [int(v) for v in args.pgq_sweep.split(",")])
-        else:
-            os.environ["BENCH_PGQ_BATCH"] = args.pgq_batch
-            globals()["PGQ_BATCH"] = int(args.pgq_batch)
-        if args.ours_concurrency == "sweep":
-            sweep_ours_concurrency(dsns["ours"], n, [int(v) for v in args.ours_sweep.split(",")])
-        else:
-            os.environ["BENCH_CONCURRENCY"] = args.ours_concurrency
-            globals()["CONCURRENCY"] = int(args.ours_concurrency)
+        for engine, setting, values in (
+            ("pgq", args.pgq_batch, args.pgq_sweep),
+            ("ours", args.ours_concurrency, args.ours_sweep),
+        ):
+            if setting == "sweep":
+                sweep(engine, dsns[engine], n, [int(v) for v in values.split(",")])
+            else:
+                set_swept(engine, int(setting))
         print(
             f"# job engine benchmark: {n} jobs, concurrency {CONCURRENCY} per worker process "
             f"(PGQueuer batch {PGQ_BATCH}), {args.rounds} interleaved rounds, median shown; "
