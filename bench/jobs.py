@@ -12,7 +12,7 @@ size of `--pgq-sweep` processes the N jobs with one worker process first, the fa
 used for every figure; `--pgq-batch N` fixes it. paymanager runs at its best per-process concurrency
 the same way: `--ours-concurrency sweep` (the default) tries each of `--ours-sweep` (a claim takes
 concurrency / pipeline jobs, so the concurrency sets the claim's size as PGQueuer's batch size sets
-its fetch), `--ours-concurrency N` fixes it (200 is the setting of the sittings before 2026-12-07).
+its fetch), `--ours-concurrency N` fixes it (200 is the setting of the sittings before 2026-12-06 21:35).
 
 Figures (each printed with PGQueuer's figure from the same run and the ratio):
 - processing N pre-queued no-op jobs with 1 and 2 worker processes (leases, heartbeats, fencing on,
@@ -608,10 +608,14 @@ async def reset(engine: str, dsn: str) -> None:
         await conn.close()
 
 
+# Each engine's bulk enqueue of the N jobs a drain processes.
+BULK = {"ours": ours_bulk, "pgq": pgq_bulk}
+
+
 def one_round(engine: str, dsn: str, n: int, only: set[str], beside: bool = False) -> dict[str, float]:
     """Every figure in `only` once for one engine; `beside`: paymanager's processing again with the
     limited queues served beside the plain one (`procN_beside`)."""
-    bulk = ours_bulk if engine == "ours" else pgq_bulk
+    bulk = BULK[engine]
     single = ours_singles if engine == "ours" else pgq_singles
     figures: dict[str, float] = {}
     for workers in (1, 2):
@@ -720,7 +724,7 @@ def sweep(engine: str, dsn: str, n: int, values: list[int]) -> int:
     for value in values:
         set_swept(engine, value)
         asyncio.run(reset(engine, dsn))
-        asyncio.run((ours_bulk if engine == "ours" else pgq_bulk)(dsn, n))
+        asyncio.run(BULK[engine](dsn, n))
         seconds, _ = process_run(engine, dsn, 1)
         speeds[value] = n / seconds
     best = max(speeds, key=lambda value: speeds[value])
