@@ -1,7 +1,8 @@
 """The job engine's schema on its own: what a program using `paymanager.jobs` as a library migrates.
 
-The engine's migrations (versions 0100-0199) create the `job*` tables, types and functions and refer
-to nothing outside them, so they install on any database; the rest of paymanager's schema (ledger,
+The engine's migrations (versions 0100-0199, and 0615, 0617, 0618 and 0619 of its limited claim:
+migrations.py's JOB_ENGINE_VERSIONS) create the `job*` tables, types and functions and refer to
+nothing outside them, so they install on any database; the rest of paymanager's schema (ledger,
 payments) is not written. The version table is paymanager's (`schema_migrations`): a later full
 `paymanager migrate` of the same database adds the other components and keeps these.
 """
