@@ -324,9 +324,9 @@ def one_round(engine: str, dsn: str, n: int, fillfactor: int | None = None) -> d
 
 async def floor_drain(dsn: str) -> float:
     """Seconds for a bare loop of job_claim_batch (PIPELINE loops at once, each claiming up to
-    CONCURRENCY / PIPELINE jobs and completing its previous batch in the same statement) to drain
-    the queue."""
-    batch = jb.CONCURRENCY // jb.PIPELINE
+    the engine's claim size, bench/jobs.py's claim_size(), and completing its previous batch in the
+    same statement) to drain the queue."""
+    batch = jb.claim_size()
     conns = [await asyncpg.connect(dsn) for _ in range(jb.PIPELINE)]
     for conn in conns:
         await init_connection(conn)

@@ -442,12 +442,12 @@ async def ours_worker(
 
 async def floor_worker(dsn: str, mode: str) -> dict[str, Any]:
     """The floor: PIPELINE connections, each a bare loop of job_claim_batch claiming up to
-    CONCURRENCY / PIPELINE jobs and completing its previous batch in the same statement, as a worker
-    process's claims do (the same options, generic plans), with nothing else around them."""
+    claim_size() jobs and completing its previous batch in the same statement, as a worker process's
+    claims do (the same options, generic plans), with nothing else around them."""
     from paymanager.db.pool import init_connection
     from paymanager.jobs._queries import Q
 
-    batch = CONCURRENCY // PIPELINE
+    batch = claim_size()
     conns = [await asyncpg.connect(dsn) for _ in range(PIPELINE)]
     for conn in conns:
         await init_connection(conn)
@@ -681,7 +681,7 @@ def report(n: int, rounds: dict[str, list[dict[str, float]]]) -> None:
 def ours_only(n: int, rounds: list[dict[str, float]]) -> None:
     """paymanager's figures against its own: the floor, and the plain queue beside limited queues."""
     pairs = [
-        ("floor", "proc1", f"the floor: a bare claim loop, {n} jobs", "1 worker process / floor"),
+        ("floor", "proc1", f"the floor: claims of {claim_size()}, {n} jobs", "1 worker process / floor"),
         ("proc1_beside", "proc1", "1 process, limited queues beside", "beside / alone"),
         ("proc2_beside", "proc2", "2 processes, limited queues beside", "beside / alone"),
     ]
@@ -708,6 +708,13 @@ SWEPT = {
     "pgq": ("PGQ_BATCH", "BENCH_PGQ_BATCH", "PGQueuer batch"),
     "ours": ("CONCURRENCY", "BENCH_CONCURRENCY", "paymanager concurrency"),
 }
+
+
+def claim_size() -> int:
+    """The jobs one claim of the engine takes at most (worker.py's `_reserve`: a share of the
+    concurrency per claim in flight, within claim_batch_max). The floor's bare loop claims as many,
+    so both send the same statements: at 1,600 a share (800) is over claim_batch_max (500)."""
+    return min(-(-CONCURRENCY // PIPELINE), WorkerOptions().claim_batch_max)
 
 
 def set_swept(engine: str, value: int) -> None:

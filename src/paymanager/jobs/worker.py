@@ -365,9 +365,13 @@ class Worker:
     def _should_claim(self) -> bool:
         """A claim is worth a round trip when a queue with work has free slots: any number when no
         claim is in flight (latency), else as many, the queues with work taken together, as a full
-        share (concurrency / pipeline) of the largest of them (batch size). A small queue's free
-        slot beside a busy queue waits for that queue's next claim, or for none in flight: a claim
-        of its own beside the claims in flight would cost a statement and a commit for one job.
+        claim of the largest of them (batch size: its share, concurrency / pipeline, within
+        claim_batch_max). A small queue's free slot beside a busy queue waits for that queue's next
+        claim, or for none in flight: a claim of its own beside the claims in flight would cost a
+        statement and a commit for one job. A share over claim_batch_max leaves room for a claim
+        more than the pipeline holds: a full one goes out as soon as it fits, so the database works
+        on the pipeline's claims while this process runs the jobs of one more, as a bare claim loop
+        keeps it busy.
         A second claim goes out beside one in flight only once a claim came back full (a backlog):
         an idle worker woken by one NOTIFY sent two claims for its one job, and the second one's
         backend took a core from the first on the enqueue-to-start path."""
@@ -383,7 +387,8 @@ class Worker:
                     return True
                 free += self._free[q]
                 largest = max(largest, self._limits[q])
-        return free > 0 and free * self._options.claim_pipeline >= largest
+        full = min(-(-largest // self._options.claim_pipeline), self._options.claim_batch_max)
+        return free > 0 and free >= full
 
     def _reserve(self) -> tuple[list[str], list[int]]:
         """Take the free slots of the queues that may have work for one claim."""

@@ -488,6 +488,46 @@ async def test_a_small_queues_free_slot_waits_for_the_busy_queues_claim_not_besi
     assert [queues for queues in beside if "busy" not in queues] == []
 
 
+async def test_a_share_over_claim_batch_max_sends_a_full_claim_beside_one_in_flight(
+    pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Concurrency 16, two claims in flight, claims of at most 5: a share (8) over claim_batch_max.
+    # With the first claim's jobs running and the second claim out, 6 slots are free: room for a
+    # full claim, which goes out beside the one in flight rather than after jobs end.
+    registry = Registry()
+    release = asyncio.Event()
+    running = 0
+
+    @registry.handler("held")
+    async def held(ctx: JobContext) -> None:
+        nonlocal running
+        running += 1
+        await release.wait()
+
+    in_flight = 0
+    beside = 0
+
+    async def recording(conn: Any, params: Any) -> Any:
+        nonlocal in_flight, beside
+        if in_flight:
+            beside += 1
+        in_flight += 1
+        try:
+            return await claim(conn, params)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(worker_module, "claim", recording)
+    await enqueue_many(pool, [NewJob("held", {"i": i}) for i in range(40)])
+    await start_worker(registry, {"default": 16}, replace(FAST, claim_batch_max=5))
+    try:
+        # No job ends before `release`: every claim up to the 16 slots was sent while jobs ran.
+        await wait_until(lambda: now_true(running == 16))
+        assert beside > 0
+    finally:
+        release.set()
+
+
 async def test_a_worker_that_deletes_completed_jobs_keeps_no_row_but_a_flows_children(
     pool: asyncpg.Pool, database_url: str, start_worker: StartWorker
 ) -> None:
