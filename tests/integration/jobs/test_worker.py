@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -447,6 +448,28 @@ async def test_claim_cooldown_gathers_jobs_arriving_meanwhile_into_one_claim(
     assert claims == 1  # attempted_at is the claim's transaction time: one claim took all five
 
 
+def claims_sent_beside(
+    monkeypatch: pytest.MonkeyPatch, counts: Callable[[], bool] = lambda: True
+) -> list[list[str]]:
+    """The queues of each claim the worker sends while another of its claims is in flight (and
+    `counts()` holds), recorded as the claims go out."""
+    beside: list[list[str]] = []
+    in_flight = 0
+
+    async def recording(conn: Any, params: Any) -> Any:
+        nonlocal in_flight
+        if in_flight and counts():
+            beside.append(list(params.queues))
+        in_flight += 1
+        try:
+            return await claim(conn, params)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(worker_module, "claim", recording)
+    return beside
+
+
 async def test_a_small_queues_free_slot_waits_for_the_busy_queues_claim_not_beside_it(
     pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -463,22 +486,9 @@ async def test_a_small_queues_free_slot_waits_for_the_busy_queues_claim_not_besi
     async def slow(ctx: JobContext) -> None:
         await asyncio.sleep(0.01)
 
-    in_flight = 0
-    # The queues of each claim sent while another was in flight and the busy queue had work.
-    beside: list[list[str]] = []
     started: list[Worker] = []
-
-    async def recording(conn: Any, params: Any) -> Any:
-        nonlocal in_flight
-        if in_flight and started and started[0]._maybe_work["busy"]:
-            beside.append(list(params.queues))
-        in_flight += 1
-        try:
-            return await claim(conn, params)
-        finally:
-            in_flight -= 1
-
-    monkeypatch.setattr(worker_module, "claim", recording)
+    # The queues of each claim sent while another was in flight and the busy queue had work.
+    beside = claims_sent_beside(monkeypatch, lambda: bool(started) and started[0]._maybe_work["busy"])
     await enqueue_many(pool, [NewJob("quick", {"i": i}, queue="busy") for i in range(5_000)])
     small = await enqueue_many(pool, [NewJob("slow", {"i": i}, queue="small") for i in range(20)])
     started.append(await start_worker(registry, {"busy": 40, "small": 1}))
@@ -504,26 +514,13 @@ async def test_a_share_over_claim_batch_max_sends_a_full_claim_beside_one_in_fli
         running += 1
         await release.wait()
 
-    in_flight = 0
-    beside = 0
-
-    async def recording(conn: Any, params: Any) -> Any:
-        nonlocal in_flight, beside
-        if in_flight:
-            beside += 1
-        in_flight += 1
-        try:
-            return await claim(conn, params)
-        finally:
-            in_flight -= 1
-
-    monkeypatch.setattr(worker_module, "claim", recording)
+    beside = claims_sent_beside(monkeypatch)
     await enqueue_many(pool, [NewJob("held", {"i": i}) for i in range(40)])
     await start_worker(registry, {"default": 16}, replace(FAST, claim_batch_max=5))
     try:
         # No job ends before `release`: every claim up to the 16 slots was sent while jobs ran.
         await wait_until(lambda: now_true(running == 16))
-        assert beside > 0
+        assert beside
     finally:
         release.set()
 
