@@ -11,8 +11,9 @@ PGQueuer runs at its best batch size on this machine: with `--pgq-batch sweep` (
 size of `--pgq-sweep` processes the N jobs with one worker process first, the fastest is printed and
 used for every figure; `--pgq-batch N` fixes it. paymanager runs at its best per-process concurrency
 the same way: `--ours-concurrency sweep` (the default) tries each of `--ours-sweep` (a claim takes
-concurrency / pipeline jobs, so the concurrency sets the claim's size as PGQueuer's batch size sets
-its fetch), `--ours-concurrency N` fixes it (200 is the setting of the sittings before 2026-12-06 21:35).
+concurrency / pipeline jobs within claim_batch_max, `claim_size()`, so the concurrency sets the
+claim's size as PGQueuer's batch size sets its fetch), `--ours-concurrency N` fixes it (200 is the
+setting of the sittings before 2026-12-06 21:35).
 
 Figures (each printed with PGQueuer's figure from the same run and the ratio):
 - processing N pre-queued no-op jobs with 1 and 2 worker processes (leases, heartbeats, fencing on,

@@ -473,7 +473,7 @@ def claims_sent_beside(
 async def test_a_small_queues_free_slot_waits_for_the_busy_queues_claim_not_beside_it(
     pool: asyncpg.Pool, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Beside a claim in flight, a claim goes for a full share of the largest queue with work: a
+    # Beside a claim in flight, a claim goes for a full claim of the largest queue with work: a
     # small queue's one free slot, claimed alone beside the busy queue's claims, would cost a
     # statement (and its commit) for one job, and shrink the busy queue's batches around it.
     registry = Registry()
